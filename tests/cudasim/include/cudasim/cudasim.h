@@ -1,0 +1,42 @@
+/* cudasim: the CPU implementation of the CUDA driver, runtime and CUPTI subset DELTA uses.
+ *
+ * This is the only platform-specific header a test program needs. Everything else is the
+ * real CUDA API from the toolkit's headers: programs written against cuda.h /
+ * cuda_runtime_api.h run unchanged on cudasim, which is what makes it a test platform.
+ *
+ * A "kernel" on cudasim is a host function. A program registers it once, keyed by the same
+ * pointer it later hands to cudaLaunchKernel (its "symbol"); cudaGetFuncBySymbol gives the
+ * CUfunction for the driver API. The body runs later, on the worker thread of the stream it
+ * was launched on, and reaches device memory through plain pointers: a pointer to memory that
+ * is not mapped (or mapped without access) faults, and cudasim reports the address, the call
+ * and the kernel, then aborts, as a GPU would stop on an illegal address.
+ *
+ * params: one pointer per parameter to a private copy of its value, taken at launch time
+ *         (the same shape as cuLaunchKernel's kernelParams).
+ * paramSizes: the byte size of each parameter. Parameters are laid out in a packed buffer
+ *         (for cuLaunchKernel's `extra` and cuFuncGetParamInfo) each at the next offset aligned
+ *         to the largest power of two that divides its size, capped at 8.
+ */
+#ifndef CUDASIM_CUDASIM_H
+#define CUDASIM_CUDASIM_H
+
+#include <stddef.h>
+#include <vector_types.h> /* dim3 */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void (*cudasimKernelBody)(void** params, dim3 grid, dim3 block);
+
+/* Registers (or re-registers, replacing the body) the kernel keyed by `symbol`. `name` is
+ * what CUPTI reports as symbolName and cuFuncGetName returns; it is copied. */
+void cudasimRegisterKernel(const void* symbol, const char* name,
+                           void (*body)(void** params, dim3 grid, dim3 block),
+                           int paramCount, const size_t* paramSizes);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CUDASIM_CUDASIM_H */
