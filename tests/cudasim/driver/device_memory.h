@@ -1,0 +1,110 @@
+// Device memory of the simulated GPU: one reserved range of the process's address space
+// stands for the device's virtual address space, and one memory file stands for its
+// physical memory. Allocating maps pieces of the file into the range; memory that is
+// reserved but not mapped, or mapped without access, stays PROT_NONE, so any touch faults
+// (see fault_handler.h) the way a GPU stops on an illegal address.
+//
+// Backing physical memory with a file (memfd) is what lets another process map the same
+// bytes for CUDA IPC. Every call takes one mutex: this is a test platform, and correctness
+// of the semantics matters more than its speed.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "range_allocator.h"
+
+namespace cudasim {
+
+inline constexpr uint64_t kGranularity = 2ull << 20;  // VMM mapping granularity
+inline constexpr uint64_t kPageSize = 4096;
+
+class DeviceMemory {
+ public:
+  explicit DeviceMemory(uint64_t capacity);
+
+  uint64_t capacity() const { return capacity_; }
+  uint64_t used();
+
+  // True when [address, address + bytes) lies in the device address space at all.
+  bool inAddressSpace(uint64_t address, uint64_t bytes) const {
+    return address >= base_ && bytes <= size_ && address - base_ <= size_ - bytes;
+  }
+  // True when [address, address + bytes) lies inside one allocation, reservation or
+  // imported range: what the driver accepts as a device pointer for a copy or memset.
+  bool isDeviceRange(uint64_t address, uint64_t bytes);
+
+  // cuMemAlloc / cuMemFree (the caller has synchronised the device before freeing).
+  CUresult allocate(uint64_t bytes, CUdeviceptr* out);
+  CUresult free(CUdeviceptr address);
+  CUresult addressRange(CUdeviceptr address, CUdeviceptr* base, size_t* bytes);
+
+  // Virtual memory management.
+  CUresult reserve(uint64_t bytes, uint64_t alignment, uint64_t hint, CUdeviceptr* out);
+  CUresult freeReservation(CUdeviceptr address, uint64_t bytes);
+  CUresult create(uint64_t bytes, uint64_t handleTypes, CUmemGenericAllocationHandle* out);
+  CUresult release(CUmemGenericAllocationHandle handle);
+  CUresult map(CUdeviceptr address, uint64_t bytes, uint64_t offset,
+               CUmemGenericAllocationHandle handle);
+  CUresult unmap(CUdeviceptr address, uint64_t bytes);
+  CUresult setAccess(CUdeviceptr address, uint64_t bytes, CUmemAccess_flags flags);
+  CUresult exportToFd(CUmemGenericAllocationHandle handle, int* fd);
+  CUresult importFromFd(int fd, CUmemGenericAllocationHandle* out);
+  CUresult properties(CUmemGenericAllocationHandle handle, CUmemAllocationProp* prop);
+  CUresult retainHandle(CUdeviceptr address, CUmemGenericAllocationHandle* out);
+
+  // Legacy IPC, for cuMemAlloc memory only.
+  CUresult ipcExport(CUdeviceptr address, CUipcMemHandle* out);
+  CUresult ipcOpen(const CUipcMemHandle& handle, CUdeviceptr* out);
+  CUresult ipcClose(CUdeviceptr address);
+
+ private:
+  enum class RegionKind { kAllocation, kReservation, kImport };
+  struct Region {
+    uint64_t bytes;          // what the program asked for
+    uint64_t addressBytes;   // what was taken from the address space (guard page included)
+    RegionKind kind;
+    uint64_t physicalOffset; // allocations: where in the physical file
+    uint64_t physicalBytes;
+    uint64_t serial;
+  };
+  struct Physical {
+    int fd;               // the pool file, or a file of its own when it may be exported
+    bool ownFile;
+    bool imported;
+    uint64_t offset;
+    uint64_t bytes;
+    uint64_t handleTypes;
+    int mappings = 0;
+    int references = 1;   // cuMemCreate / import / retain, minus cuMemRelease
+  };
+  struct Mapping {
+    uint64_t bytes;
+    CUmemGenericAllocationHandle handle;
+  };
+
+  std::map<uint64_t, Region>::iterator regionContaining(uint64_t address, uint64_t bytes);
+  // Physical memory goes when nothing refers to it: no handle and no mapping.
+  void freeIfUnused(std::map<CUmemGenericAllocationHandle, Physical>::iterator it);
+  void releasePhysical(const Physical& physical);
+
+  const uint64_t capacity_;
+  uint64_t base_ = 0;
+  uint64_t size_ = 0;
+  int poolFd_ = -1;
+
+  std::mutex mutex_;
+  uint64_t used_ = 0;
+  uint64_t nextSerial_ = 1;
+  CUmemGenericAllocationHandle nextHandle_ = 0x100000;
+  RangeAllocator addresses_;
+  RangeAllocator pool_;
+  std::map<uint64_t, Region> regions_;
+  std::map<uint64_t, Mapping> mappings_;
+  std::map<CUmemGenericAllocationHandle, Physical> physicals_;
+};
+
+}  // namespace cudasim

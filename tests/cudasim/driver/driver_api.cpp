@@ -1,0 +1,1266 @@
+// The driver API entry points of cudasim's libcuda.so.1.
+//
+// Each entry point builds the real generated *_params struct, raises the CUPTI callbacks
+// around its implementation (driverCall), and returns the CUresult the real driver gives
+// for the same use or misuse. The implementations live in the classes of this directory;
+// this file holds argument checks and the rules of which call waits for what.
+// The driver's own build view of cuda.h: declares the legacy (v1) types that
+// generated_cuda_meta.h names, and leaves the versioned names unmapped.
+#define __CUDA_API_VERSION_INTERNAL 1
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <generated_cuda_meta.h>
+
+#include "../common/callback_scope.h"
+#include "driver.h"
+#include "fault_handler.h"
+#include "per_thread_entries.h"
+
+namespace cudasim {
+namespace {
+
+constexpr int kDriverVersion = 13000;
+constexpr const char* kDeviceName = "cudasim CPU device";
+
+std::atomic<Driver*> gDriver{nullptr};
+std::atomic<bool> gForkedAfterInit{false};
+std::atomic<bool> gDriverCallbacksFromRuntime{true};
+int gDeviceCount = 1;
+CallbackState gCallbacks;
+
+struct PrimaryContext {
+  int retains = 0;
+};
+PrimaryContext gPrimary;
+std::mutex gPrimaryMutex;
+const CUcontext kPrimaryHandle = reinterpret_cast<CUcontext>(&gPrimary);
+
+thread_local CUcontext tContext = nullptr;
+thread_local RuntimeOrigin tOrigin;
+
+constexpr bool kPerThread = true;
+constexpr bool kLegacy = false;
+
+template <class Body>
+CUresult driverCall(CUpti_CallbackId cbid, const char* name, const void* params,
+                    const char* symbolName, Body&& body) {
+  uint32_t correlationId = 0;
+  if (tOrigin.driverCbid == cbid && cbid != 0) {
+    // The runtime's own call into the driver: same correlation id as the runtime call.
+    correlationId = tOrigin.correlationId;
+    tOrigin = RuntimeOrigin{};
+    if (!gDriverCallbacksFromRuntime.load(std::memory_order_relaxed)) return body();
+  }
+  return invokeWithCallbacks<CUresult>(gCallbacks,
+                                       CallSite{CUPTI_CB_DOMAIN_DRIVER_API, cbid, name}, params,
+                                       symbolName, tContext, correlationId, body);
+}
+
+#define DRIVER_CALL(name, symbol, body, ...)                                              \
+  name##_params params_{__VA_ARGS__};                                                      \
+  return driverCall(CUPTI_DRIVER_TRACE_CBID_##name, #name, &params_, symbol,               \
+                    [&]() -> CUresult body)
+
+CUresult initialized() {
+  if (gForkedAfterInit.load(std::memory_order_relaxed)) return CUDA_ERROR_NOT_INITIALIZED;
+  return gDriver.load(std::memory_order_acquire) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+// Most calls need cuInit and a current context on the calling thread.
+CUresult ready() {
+  if (CUresult r = initialized()) return r;
+  return tContext != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+#define REQUIRE(check)                        \
+  do {                                        \
+    if (CUresult r_ = (check)) return r_;     \
+  } while (0)
+
+Driver& the() { return *gDriver.load(std::memory_order_relaxed); }
+
+// ---- configuration ------------------------------------------------------------------
+
+[[noreturn]] void badEnvironment(const char* variable, const char* value, const char* accepted) {
+  std::fprintf(stderr, "cudasim: %s='%s' is not valid: %s\n", variable, value, accepted);
+  std::exit(2);
+}
+
+uint64_t sizeFromEnvironment(const char* variable, uint64_t fallback) {
+  const char* text = std::getenv(variable);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long value = std::strtoull(text, &end, 10);
+  uint64_t scale = 1;
+  if (*end == 'K' || *end == 'k') scale = 1ull << 10, ++end;
+  else if (*end == 'M' || *end == 'm') scale = 1ull << 20, ++end;
+  else if (*end == 'G' || *end == 'g') scale = 1ull << 30, ++end;
+  else if (*end == 'T' || *end == 't') scale = 1ull << 40, ++end;
+  if (*end == 'i' || *end == 'I') ++end;
+  if (*end == 'B' || *end == 'b') ++end;
+  if (end == text || *end != '\0' || errno != 0 || text[0] == '-' || value == 0 ||
+      value > (1ull << 44) / scale)
+    badEnvironment(variable, text, "a positive size in bytes, optionally with K, M, G or T");
+  return value * scale;
+}
+
+bool flagFromEnvironment(const char* variable, bool fallback) {
+  const char* text = std::getenv(variable);
+  if (text == nullptr || *text == '\0') return fallback;
+  if (std::strcmp(text, "1") == 0) return true;
+  if (std::strcmp(text, "0") == 0) return false;
+  badEnvironment(variable, text, "0 or 1");
+}
+
+int countFromEnvironment(const char* variable, int fallback) {
+  const char* text = std::getenv(variable);
+  if (text == nullptr || *text == '\0') return fallback;
+  if (std::strcmp(text, "0") == 0) return 0;
+  if (std::strcmp(text, "1") == 0) return 1;
+  badEnvironment(variable, text, "0 (no GPU) or 1");
+}
+
+void afterForkInChild() {
+  // A child of a process that used CUDA cannot use it (the GPU context is not inherited).
+  if (gDriver.load(std::memory_order_relaxed)) gForkedAfterInit.store(true);
+}
+
+// ---- helpers for copies, memsets and launches ---------------------------------------
+
+CUresult stream(CUstream handle, bool perThread, std::shared_ptr<Stream>* out) {
+  return the().streams.resolve(handle, perThread, out);
+}
+
+bool deviceRange(CUdeviceptr address, size_t bytes) {
+  return the().memory.isDeviceRange(address, bytes);
+}
+
+bool isDeviceAddress(uint64_t address) { return the().memory.inAddressSpace(address, 1); }
+
+enum class Wait { kNever, kAlways, kUnlessPinned };
+
+// One copy. `dstDevice`/`srcDevice` say which side is device memory (checked); `async`
+// says whether the call is an ...Async one. When it returns to the caller follows the CUDA
+// documentation on API synchronisation behaviour:
+// - host to device: pageable sources are staged at call time; a synchronous call returns
+//   when the copy is done;
+// - device to host: returns when done, unless async into pinned memory;
+// - device to device: never waits for the host.
+CUresult copy(const char* call, void* dst, const void* src, size_t bytes, bool dstDevice,
+              bool srcDevice, CUstream handle, bool async, bool perThread) {
+  REQUIRE(ready());
+  if (dstDevice && !deviceRange(reinterpret_cast<CUdeviceptr>(dst), bytes))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (srcDevice && !deviceRange(reinterpret_cast<CUdeviceptr>(src), bytes))
+    return CUDA_ERROR_INVALID_VALUE;
+  if ((!dstDevice && dst == nullptr) || (!srcDevice && src == nullptr))
+    return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> target;
+  REQUIRE(stream(handle, perThread, &target));
+  if (bytes == 0) return CUDA_SUCCESS;
+
+  WorkItem item;
+  item.call = call;
+  bool wait;
+  if (!srcDevice && dstDevice && !the().host.isPinned(src, bytes)) {
+    auto staged = std::make_shared<std::vector<std::byte>>(
+        static_cast<const std::byte*>(src), static_cast<const std::byte*>(src) + bytes);
+    item.run = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
+    wait = !async;
+  } else {
+    item.run = [dst, src, bytes] { std::memcpy(dst, src, bytes); };
+    if (srcDevice && dstDevice)
+      wait = false;
+    else if (srcDevice)
+      wait = !async || !the().host.isPinned(dst, bytes);
+    else if (dstDevice)
+      wait = !async;
+    else
+      wait = true;  // host to host
+  }
+  if (wait)
+    the().streams.submitAndWait(target, std::move(item));
+  else
+    the().streams.submit(target, std::move(item));
+  return CUDA_SUCCESS;
+}
+
+// cuMemcpy / cuMemcpyAsync: unified addressing tells the direction.
+CUresult unifiedCopy(const char* call, CUdeviceptr dst, CUdeviceptr src, size_t bytes,
+                     CUstream handle, bool async, bool perThread) {
+  REQUIRE(ready());
+  return copy(call, reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes,
+              isDeviceAddress(dst), isDeviceAddress(src), handle, async, perThread);
+}
+
+// Memsets return at once for device memory, synchronous or not (CUDA documents the
+// synchronous ones as asynchronous with respect to the host for device memory).
+template <class T>
+CUresult memset(const char* call, CUdeviceptr dst, T value, size_t count, CUstream handle,
+                bool perThread) {
+  REQUIRE(ready());
+  if (count == 0) return CUDA_SUCCESS;
+  if (dst % sizeof(T) != 0 || !deviceRange(dst, count * sizeof(T))) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> target;
+  REQUIRE(stream(handle, perThread, &target));
+  WorkItem item;
+  item.call = call;
+  item.run = [dst, value, count] {
+    T* p = reinterpret_cast<T*>(dst);
+    if constexpr (sizeof(T) == 1)
+      std::memset(p, value, count);
+    else
+      for (size_t i = 0; i < count; ++i) p[i] = value;
+  };
+  the().streams.submit(target, std::move(item));
+  return CUDA_SUCCESS;
+}
+
+const char* kernelName(CUfunction f) {
+  const Function* function = kernels().find(f);
+  return function ? function->name.c_str() : nullptr;
+}
+
+CUresult launch(const char* call, CUfunction f, dim3 grid, dim3 block, CUstream handle,
+                void** kernelParams, void** extra, bool perThread) {
+  REQUIRE(ready());
+  const Function* function = kernels().find(f);
+  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 ||
+      block.z == 0 || block.z > 64 || uint64_t(block.x) * block.y * block.z > 1024 ||
+      grid.y > 65535 || grid.z > 65535)
+    return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> target;
+  REQUIRE(stream(handle, perThread, &target));
+
+  // The parameter values are copied now: the caller may reuse its storage at once.
+  auto values = std::make_shared<std::vector<std::byte>>(function->packedBytes);
+  const size_t count = function->sizes.size();
+  if (kernelParams != nullptr) {
+    for (size_t i = 0; i < count; ++i)
+      std::memcpy(values->data() + function->offsets[i], kernelParams[i], function->sizes[i]);
+  } else if (extra != nullptr) {
+    const void* buffer = nullptr;
+    const size_t* bufferSize = nullptr;
+    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+        buffer = extra[i + 1];
+      else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+        bufferSize = static_cast<const size_t*>(extra[i + 1]);
+      else
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (buffer == nullptr || bufferSize == nullptr || *bufferSize < function->packedBytes)
+      return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(values->data(), buffer, function->packedBytes);
+  } else if (count > 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+
+  WorkItem item;
+  item.call = call;
+  item.kernel = function->name.c_str();
+  item.run = [function, values, grid, block] {
+    std::vector<void*> pointers(function->sizes.size());
+    for (size_t i = 0; i < pointers.size(); ++i)
+      pointers[i] = values->data() + function->offsets[i];
+    function->body(pointers.data(), grid, block);
+  };
+  the().streams.submit(target, std::move(item));
+  return CUDA_SUCCESS;
+}
+
+CUresult hostFunc(CUstream handle, CUhostFn fn, void* userData, bool perThread) {
+  REQUIRE(ready());
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> target;
+  REQUIRE(stream(handle, perThread, &target));
+  WorkItem item;
+  item.call = "cuLaunchHostFunc";
+  item.run = [fn, userData] { fn(userData); };
+  the().streams.submit(target, std::move(item));
+  return CUDA_SUCCESS;
+}
+
+CUresult streamSynchronize(CUstream handle, bool perThread) {
+  REQUIRE(ready());
+  std::shared_ptr<Stream> target;
+  REQUIRE(stream(handle, perThread, &target));
+  target->waitUntil(target->lastSubmitted());
+  return CUDA_SUCCESS;
+}
+
+CUresult streamQuery(CUstream handle, bool perThread) {
+  REQUIRE(ready());
+  std::shared_ptr<Stream> target;
+  REQUIRE(stream(handle, perThread, &target));
+  return the().streams.query(target);
+}
+
+CUresult streamWaitEvent(CUstream handle, CUevent event, unsigned flags, bool perThread) {
+  REQUIRE(ready());
+  if (flags & ~unsigned(CU_EVENT_WAIT_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> target;
+  REQUIRE(stream(handle, perThread, &target));
+  return the().streams.waitEvent(target, event);
+}
+
+CUresult eventRecord(CUevent event, CUstream handle, bool perThread) {
+  REQUIRE(ready());
+  std::shared_ptr<Stream> target;
+  REQUIRE(stream(handle, perThread, &target));
+  return the().streams.record(event, target);
+}
+
+CUresult streamGetFlags(CUstream handle, unsigned* flags, bool perThread) {
+  REQUIRE(ready());
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> target;
+  REQUIRE(stream(handle, perThread, &target));
+  *flags = target->flags();
+  return CUDA_SUCCESS;
+}
+
+CUresult validAllocationProp(const CUmemAllocationProp* prop) {
+  if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (prop->location.id < 0 || prop->location.id >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+  return CUDA_SUCCESS;
+}
+
+#include "result_names.inc"
+
+CUresult describeResult(CUresult error, const char** text, bool wantName) {
+  if (text == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (static_cast<int>(error)) {
+#define CUDASIM_DESCRIBE(value, name, description) \
+  case value:                                     \
+    *text = wantName ? name : description;        \
+    return CUDA_SUCCESS;
+    CUDASIM_DRIVER_RESULTS(CUDASIM_DESCRIBE)
+#undef CUDASIM_DESCRIBE
+  }
+  *text = nullptr;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+// ---- private services for the runtime and CUPTI (cuGetExportTable) -------------------
+
+void registerKernel(const void* symbol, const char* name, cudasimKernelBody body,
+                    int paramCount, const size_t* paramSizes) {
+  kernels().add(symbol, name, body, paramCount, paramSizes);
+}
+
+CUresult functionForSymbol(const void* symbol, CUfunction* function) {
+  return kernels().forSymbol(symbol, function);
+}
+
+std::mutex gSubscriberMutex;
+std::string gSubscriberName;
+
+bool subscribe(CUpti_CallbackFunc callback, void* userdata, const char* name,
+               const char** holder) {
+  std::lock_guard lock(gSubscriberMutex);
+  if (gCallbacks.subscriber.load() != nullptr) {
+    *holder = gSubscriberName.c_str();
+    return false;
+  }
+  gSubscriberName = name ? name : "CUPTI subscriber";
+  gCallbacks.userdata.store(userdata);
+  gCallbacks.subscriber.store(callback, std::memory_order_release);
+  return true;
+}
+
+void unsubscribe() {
+  std::lock_guard lock(gSubscriberMutex);
+  gCallbacks.subscriber.store(nullptr);
+  for (auto& enabled : gCallbacks.driverEnabled) enabled.store(0);
+  for (auto& enabled : gCallbacks.runtimeEnabled) enabled.store(0);
+  gSubscriberName.clear();
+}
+
+void setRuntimeOrigin(RuntimeOrigin origin) { tOrigin = origin; }
+
+const ExportTable kExportTable = {sizeof(ExportTable), registerKernel, functionForSymbol,
+                                  &gCallbacks,          subscribe,      unsubscribe,
+                                  setRuntimeOrigin};
+
+}  // namespace
+
+Driver* driver() { return gDriver.load(std::memory_order_acquire); }
+
+KernelRegistry& kernels() {
+  static KernelRegistry* registry = new KernelRegistry;  // outlives every worker thread
+  return *registry;
+}
+
+CallbackState& callbackState() { return gCallbacks; }
+const ExportTable& exportTable() { return kExportTable; }
+
+}  // namespace cudasim
+
+using namespace cudasim;
+
+extern "C" {
+
+// ---- initialisation, devices, contexts -----------------------------------------------
+
+CUresult CUDAAPI cuInit(unsigned int Flags) {
+  DRIVER_CALL(cuInit, nullptr, {
+    if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (gForkedAfterInit.load()) return CUDA_ERROR_NOT_INITIALIZED;
+    static std::once_flag once;
+    static CUresult result = CUDA_SUCCESS;
+    std::call_once(once, [] {
+      gDeviceCount = countFromEnvironment("CUDASIM_DEVICE_COUNT", 1);
+      gDriverCallbacksFromRuntime.store(
+          flagFromEnvironment("CUDASIM_CUPTI_DRIVER_CALLBACKS", true));
+      const uint64_t capacity = sizeFromEnvironment("CUDASIM_DEVICE_MEMORY", 4ull << 30);
+      if (gDeviceCount == 0) {
+        result = CUDA_ERROR_NO_DEVICE;
+        return;
+      }
+      auto* created = new Driver(capacity);
+      installFaultHandler(&created->memory);
+      pthread_atfork(nullptr, nullptr, afterForkInChild);
+      gDriver.store(created, std::memory_order_release);
+    });
+    return result;
+  }, Flags);
+}
+
+CUresult CUDAAPI cuDriverGetVersion(int* driverVersion) {
+  DRIVER_CALL(cuDriverGetVersion, nullptr, {
+    if (driverVersion == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *driverVersion = kDriverVersion;
+    return CUDA_SUCCESS;
+  }, driverVersion);
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int* count) {
+  DRIVER_CALL(cuDeviceGetCount, nullptr, {
+    REQUIRE(initialized());
+    if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *count = gDeviceCount;
+    return CUDA_SUCCESS;
+  }, count);
+}
+
+CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
+  DRIVER_CALL(cuDeviceGet, nullptr, {
+    REQUIRE(initialized());
+    if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal < 0 || ordinal >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+  }, device, ordinal);
+}
+
+CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
+  DRIVER_CALL(cuDeviceGetName, nullptr, {
+    REQUIRE(initialized());
+    if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+    std::snprintf(name, static_cast<size_t>(len), "%s", kDeviceName);
+    return CUDA_SUCCESS;
+  }, name, len, dev);
+}
+
+CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  DRIVER_CALL(cuDeviceTotalMem_v2, nullptr, {
+    REQUIRE(initialized());
+    if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = the().memory.capacity();
+    return CUDA_SUCCESS;
+  }, bytes, dev);
+}
+
+CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  DRIVER_CALL(cuDeviceGetUuid_v2, nullptr, {
+    REQUIRE(initialized());
+    if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+    std::memcpy(uuid->bytes, "cudasim-device-0", 16);
+    return CUDA_SUCCESS;
+  }, uuid, dev);
+}
+
+CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  DRIVER_CALL(cuDeviceGetAttribute, nullptr, {
+    REQUIRE(initialized());
+    if (pi == nullptr || attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX)
+      return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+    // An H100/H200-class device, as far as any program here asks.
+    switch (attrib) {
+      case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
+      case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *pi = 1024; break;
+      case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *pi = 1024; break;
+      case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *pi = 64; break;
+      case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *pi = 2147483647; break;
+      case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *pi = 65535; break;
+      case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *pi = 65535; break;
+      case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *pi = 32; break;
+      case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *pi = 132; break;
+      case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = 9; break;
+      case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *pi = 0; break;
+      case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *pi = 49152; break;
+      case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *pi = 1980000; break;
+      case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *pi = 2619000; break;
+      case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *pi = 5120; break;
+      case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *pi = 1; break;
+      case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *pi = 1; break;
+      case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *pi = 1; break;
+      case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *pi = 2; break;
+      case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *pi = 1; break;
+      case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: *pi = 1; break;
+      case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *pi = 1; break;
+      default: *pi = 0; break;
+    }
+    return CUDA_SUCCESS;
+  }, pi, attrib, dev);
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  DRIVER_CALL(cuDevicePrimaryCtxRetain, nullptr, {
+    REQUIRE(initialized());
+    if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+    std::lock_guard lock(gPrimaryMutex);
+    gPrimary.retains++;
+    *pctx = kPrimaryHandle;
+    return CUDA_SUCCESS;
+  }, pctx, dev);
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  DRIVER_CALL(cuDevicePrimaryCtxRelease_v2, nullptr, {
+    REQUIRE(initialized());
+    if (dev < 0 || dev >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+    std::lock_guard lock(gPrimaryMutex);
+    if (gPrimary.retains == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    // The context's memory and streams stay: nothing here depends on tearing them down.
+    gPrimary.retains--;
+    return CUDA_SUCCESS;
+  }, dev);
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  DRIVER_CALL(cuDevicePrimaryCtxGetState, nullptr, {
+    REQUIRE(initialized());
+    if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+    std::lock_guard lock(gPrimaryMutex);
+    *flags = 0;
+    *active = gPrimary.retains > 0;
+    return CUDA_SUCCESS;
+  }, dev, flags, active);
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext* pctx) {
+  DRIVER_CALL(cuCtxGetCurrent, nullptr, {
+    REQUIRE(initialized());
+    if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *pctx = tContext;
+    return CUDA_SUCCESS;
+  }, pctx);
+}
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  DRIVER_CALL(cuCtxSetCurrent, nullptr, {
+    REQUIRE(initialized());
+    if (ctx != nullptr && ctx != kPrimaryHandle) return CUDA_ERROR_INVALID_CONTEXT;
+    tContext = ctx;
+    return CUDA_SUCCESS;
+  }, ctx);
+}
+
+CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
+  DRIVER_CALL(cuCtxPushCurrent_v2, nullptr, {
+    REQUIRE(initialized());
+    if (ctx != kPrimaryHandle) return CUDA_ERROR_INVALID_CONTEXT;
+    tContext = ctx;  // one context: the stack never holds anything else
+    return CUDA_SUCCESS;
+  }, ctx);
+}
+
+CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* pctx) {
+  DRIVER_CALL(cuCtxPopCurrent_v2, nullptr, {
+    REQUIRE(ready());
+    if (pctx) *pctx = tContext;
+    tContext = nullptr;
+    return CUDA_SUCCESS;
+  }, pctx);
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
+  DRIVER_CALL(cuCtxGetDevice, nullptr, {
+    REQUIRE(ready());
+    if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *device = 0;
+    return CUDA_SUCCESS;
+  }, device);
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void) {
+  return driverCall(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize, "cuCtxSynchronize", nullptr,
+                    nullptr, []() -> CUresult {
+                      REQUIRE(ready());
+                      the().streams.synchronizeAll();
+                      return CUDA_SUCCESS;
+                    });
+}
+
+// ---- memory ---------------------------------------------------------------------------
+
+CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
+  DRIVER_CALL(cuMemGetInfo_v2, nullptr, {
+    REQUIRE(ready());
+    if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *total = the().memory.capacity();
+    *free = *total - the().memory.used();
+    return CUDA_SUCCESS;
+  }, free, total);
+}
+
+CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  DRIVER_CALL(cuMemAlloc_v2, nullptr, {
+    REQUIRE(ready());
+    if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return the().memory.allocate(bytesize, dptr);
+  }, dptr, bytesize);
+}
+
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+  DRIVER_CALL(cuMemFree_v2, nullptr, {
+    REQUIRE(ready());
+    if (dptr == 0) return CUDA_SUCCESS;
+    // The real call synchronises the device first, so that no queued work still uses it.
+    the().streams.synchronizeAll();
+    return the().memory.free(dptr);
+  }, dptr);
+}
+
+CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+  DRIVER_CALL(cuMemGetAddressRange_v2, nullptr, {
+    REQUIRE(ready());
+    return the().memory.addressRange(dptr, pbase, psize);
+  }, pbase, psize, dptr);
+}
+
+CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  DRIVER_CALL(cuPointerGetAttribute, nullptr, {
+    REQUIRE(ready());
+    if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const bool device = the().memory.isDeviceRange(ptr, 1);
+    const bool pinned = !device && the().host.isPinned(reinterpret_cast<void*>(ptr), 1);
+    if (!device && !pinned) return CUDA_ERROR_INVALID_VALUE;
+    switch (attribute) {
+      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *static_cast<unsigned*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        return CUDA_SUCCESS;
+      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *static_cast<int*>(data) = 0;
+        return CUDA_SUCCESS;
+      case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *static_cast<CUcontext*>(data) = kPrimaryHandle;
+        return CUDA_SUCCESS;
+      case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        *static_cast<CUdeviceptr*>(data) = ptr;
+        return CUDA_SUCCESS;
+      case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      case CU_POINTER_ATTRIBUTE_RANGE_SIZE: {
+        CUdeviceptr base = 0;
+        size_t size = 0;
+        if (!device) return CUDA_ERROR_INVALID_VALUE;
+        REQUIRE(the().memory.addressRange(ptr, &base, &size));
+        if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+          *static_cast<CUdeviceptr*>(data) = base;
+        else
+          *static_cast<size_t*>(data) = size;
+        return CUDA_SUCCESS;
+      }
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+  }, data, attribute, ptr);
+}
+
+CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                               CUmemAllocationGranularity_flags option) {
+  DRIVER_CALL(cuMemGetAllocationGranularity, nullptr, {
+    REQUIRE(ready());
+    if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+        option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+      return CUDA_ERROR_INVALID_VALUE;
+    REQUIRE(validAllocationProp(prop));
+    *granularity = kGranularity;
+    return CUDA_SUCCESS;
+  }, granularity, prop, option);
+}
+
+CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment,
+                                     CUdeviceptr addr, unsigned long long flags) {
+  DRIVER_CALL(cuMemAddressReserve, nullptr, {
+    REQUIRE(ready());
+    if (ptr == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    return the().memory.reserve(size, alignment, addr, ptr);
+  }, ptr, size, alignment, addr, flags);
+}
+
+CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  DRIVER_CALL(cuMemAddressFree, nullptr, {
+    REQUIRE(ready());
+    return the().memory.freeReservation(ptr, size);
+  }, ptr, size);
+}
+
+CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                             const CUmemAllocationProp* prop, unsigned long long flags) {
+  DRIVER_CALL(cuMemCreate, nullptr, {
+    REQUIRE(ready());
+    if (handle == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    REQUIRE(validAllocationProp(prop));
+    return the().memory.create(size, prop->requestedHandleTypes, handle);
+  }, handle, size, prop, flags);
+}
+
+CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
+  DRIVER_CALL(cuMemRelease, nullptr, {
+    REQUIRE(ready());
+    return the().memory.release(handle);
+  }, handle);
+}
+
+CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                          CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  DRIVER_CALL(cuMemMap, nullptr, {
+    REQUIRE(ready());
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    return the().memory.map(ptr, size, offset, handle);
+  }, ptr, size, offset, handle, flags);
+}
+
+CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  DRIVER_CALL(cuMemUnmap, nullptr, {
+    REQUIRE(ready());
+    // Like the real driver, this does not wait for queued work that still uses the range:
+    // such work faults. Callers synchronise first.
+    return the().memory.unmap(ptr, size);
+  }, ptr, size);
+}
+
+CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
+                                size_t count) {
+  DRIVER_CALL(cuMemSetAccess, nullptr, {
+    REQUIRE(ready());
+    if (desc == nullptr || count != 1) return CUDA_ERROR_INVALID_VALUE;
+    if (desc->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    if (desc->location.id < 0 || desc->location.id >= gDeviceCount)
+      return CUDA_ERROR_INVALID_DEVICE;
+    return the().memory.setAccess(ptr, size, desc->flags);
+  }, ptr, size, desc, count);
+}
+
+CUresult CUDAAPI cuMemExportToShareableHandle(void* shareableHandle,
+                                              CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType,
+                                              unsigned long long flags) {
+  DRIVER_CALL(cuMemExportToShareableHandle, nullptr, {
+    REQUIRE(ready());
+    if (shareableHandle == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+    return the().memory.exportToFd(handle, static_cast<int*>(shareableHandle));
+  }, shareableHandle, handle, handleType, flags);
+}
+
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle,
+                                                void* osHandle,
+                                                CUmemAllocationHandleType shHandleType) {
+  DRIVER_CALL(cuMemImportFromShareableHandle, nullptr, {
+    REQUIRE(ready());
+    if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+    // For POSIX file descriptors the handle is passed by value, cast to a pointer.
+    return the().memory.importFromFd(static_cast<int>(reinterpret_cast<intptr_t>(osHandle)),
+                                     handle);
+  }, handle, osHandle, shHandleType);
+}
+
+CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                        CUmemGenericAllocationHandle handle) {
+  DRIVER_CALL(cuMemGetAllocationPropertiesFromHandle, nullptr, {
+    REQUIRE(ready());
+    if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return the().memory.properties(handle, prop);
+  }, prop, handle);
+}
+
+CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  DRIVER_CALL(cuMemRetainAllocationHandle, nullptr, {
+    REQUIRE(ready());
+    if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return the().memory.retainHandle(reinterpret_cast<CUdeviceptr>(addr), handle);
+  }, handle, addr);
+}
+
+CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+  DRIVER_CALL(cuMemHostAlloc, nullptr, {
+    REQUIRE(ready());
+    constexpr unsigned kKnown =
+        CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+    if (Flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
+    return the().host.allocate(bytesize, pp);
+  }, pp, bytesize, Flags);
+}
+
+CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  DRIVER_CALL(cuMemAllocHost_v2, nullptr, {
+    REQUIRE(ready());
+    return the().host.allocate(bytesize, pp);
+  }, pp, bytesize);
+}
+
+CUresult CUDAAPI cuMemFreeHost(void* p) {
+  DRIVER_CALL(cuMemFreeHost, nullptr, {
+    REQUIRE(ready());
+    // Queued copies may still read or write it.
+    the().streams.synchronizeAll();
+    return the().host.free(p);
+  }, p);
+}
+
+CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
+  DRIVER_CALL(cuMemHostRegister_v2, nullptr, {
+    REQUIRE(ready());
+    return the().host.registerRange(p, bytesize);
+  }, p, bytesize, Flags);
+}
+
+CUresult CUDAAPI cuMemHostUnregister(void* p) {
+  DRIVER_CALL(cuMemHostUnregister, nullptr, {
+    REQUIRE(ready());
+    the().streams.synchronizeAll();
+    return the().host.unregisterRange(p);
+  }, p);
+}
+
+CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
+  DRIVER_CALL(cuMemHostGetDevicePointer_v2, nullptr, {
+    REQUIRE(ready());
+    if (pdptr == nullptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!the().host.isPinned(p, 1)) return CUDA_ERROR_INVALID_VALUE;
+    *pdptr = reinterpret_cast<CUdeviceptr>(p);  // unified addressing: the same address
+    return CUDA_SUCCESS;
+  }, pdptr, p, Flags);
+}
+
+// ---- copies and memsets -----------------------------------------------------------------
+
+#define VOIDP(x) reinterpret_cast<void*>(x)
+#define CVOIDP(x) reinterpret_cast<const void*>(x)
+
+CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
+  DRIVER_CALL(cuMemcpy, nullptr,
+              { return unifiedCopy("cuMemcpy", dst, src, ByteCount, nullptr, false, kLegacy); },
+              dst, src, ByteCount);
+}
+CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
+  DRIVER_CALL(cuMemcpy_ptds, nullptr,
+              { return unifiedCopy("cuMemcpy_ptds", dst, src, ByteCount, nullptr, false, kPerThread); },
+              dst, src, ByteCount);
+}
+CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
+  DRIVER_CALL(cuMemcpyAsync, nullptr,
+              { return unifiedCopy("cuMemcpyAsync", dst, src, ByteCount, hStream, true, kLegacy); },
+              dst, src, ByteCount, hStream);
+}
+CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
+  DRIVER_CALL(cuMemcpyAsync_ptsz, nullptr,
+              { return unifiedCopy("cuMemcpyAsync_ptsz", dst, src, ByteCount, hStream, true, kPerThread); },
+              dst, src, ByteCount, hStream);
+}
+
+CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
+  DRIVER_CALL(cuMemcpyHtoD_v2, nullptr, {
+    return copy("cuMemcpyHtoD_v2", VOIDP(dstDevice), srcHost, ByteCount, true, false, nullptr, false, kLegacy);
+  }, dstDevice, srcHost, ByteCount);
+}
+CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
+  DRIVER_CALL(cuMemcpyHtoD_v2_ptds, nullptr, {
+    return copy("cuMemcpyHtoD_v2_ptds", VOIDP(dstDevice), srcHost, ByteCount, true, false, nullptr, false, kPerThread);
+  }, dstDevice, srcHost, ByteCount);
+}
+CUresult CUDAAPI cuMemcpyDtoH_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+  DRIVER_CALL(cuMemcpyDtoH_v2, nullptr, {
+    return copy("cuMemcpyDtoH_v2", dstHost, CVOIDP(srcDevice), ByteCount, false, true, nullptr, false, kLegacy);
+  }, dstHost, srcDevice, ByteCount);
+}
+CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+  DRIVER_CALL(cuMemcpyDtoH_v2_ptds, nullptr, {
+    return copy("cuMemcpyDtoH_v2_ptds", dstHost, CVOIDP(srcDevice), ByteCount, false, true, nullptr, false, kPerThread);
+  }, dstHost, srcDevice, ByteCount);
+}
+CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+  DRIVER_CALL(cuMemcpyDtoD_v2, nullptr, {
+    return copy("cuMemcpyDtoD_v2", VOIDP(dstDevice), CVOIDP(srcDevice), ByteCount, true, true, nullptr, false, kLegacy);
+  }, dstDevice, srcDevice, ByteCount);
+}
+CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+  DRIVER_CALL(cuMemcpyDtoD_v2_ptds, nullptr, {
+    return copy("cuMemcpyDtoD_v2_ptds", VOIDP(dstDevice), CVOIDP(srcDevice), ByteCount, true, true, nullptr, false, kPerThread);
+  }, dstDevice, srcDevice, ByteCount);
+}
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount, CUstream hStream) {
+  DRIVER_CALL(cuMemcpyHtoDAsync_v2, nullptr, {
+    return copy("cuMemcpyHtoDAsync_v2", VOIDP(dstDevice), srcHost, ByteCount, true, false, hStream, true, kLegacy);
+  }, dstDevice, srcHost, ByteCount, hStream);
+}
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount, CUstream hStream) {
+  DRIVER_CALL(cuMemcpyHtoDAsync_v2_ptsz, nullptr, {
+    return copy("cuMemcpyHtoDAsync_v2_ptsz", VOIDP(dstDevice), srcHost, ByteCount, true, false, hStream, true, kPerThread);
+  }, dstDevice, srcHost, ByteCount, hStream);
+}
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
+  DRIVER_CALL(cuMemcpyDtoHAsync_v2, nullptr, {
+    return copy("cuMemcpyDtoHAsync_v2", dstHost, CVOIDP(srcDevice), ByteCount, false, true, hStream, true, kLegacy);
+  }, dstHost, srcDevice, ByteCount, hStream);
+}
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
+  DRIVER_CALL(cuMemcpyDtoHAsync_v2_ptsz, nullptr, {
+    return copy("cuMemcpyDtoHAsync_v2_ptsz", dstHost, CVOIDP(srcDevice), ByteCount, false, true, hStream, true, kPerThread);
+  }, dstHost, srcDevice, ByteCount, hStream);
+}
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
+  DRIVER_CALL(cuMemcpyDtoDAsync_v2, nullptr, {
+    return copy("cuMemcpyDtoDAsync_v2", VOIDP(dstDevice), CVOIDP(srcDevice), ByteCount, true, true, hStream, true, kLegacy);
+  }, dstDevice, srcDevice, ByteCount, hStream);
+}
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
+  DRIVER_CALL(cuMemcpyDtoDAsync_v2_ptsz, nullptr, {
+    return copy("cuMemcpyDtoDAsync_v2_ptsz", VOIDP(dstDevice), CVOIDP(srcDevice), ByteCount, true, true, hStream, true, kPerThread);
+  }, dstDevice, srcDevice, ByteCount, hStream);
+}
+
+CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+  DRIVER_CALL(cuMemsetD8_v2, nullptr, { return memset("cuMemsetD8_v2", dstDevice, uc, N, nullptr, kLegacy); }, dstDevice, uc, N);
+}
+CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+  DRIVER_CALL(cuMemsetD8_v2_ptds, nullptr, { return memset("cuMemsetD8_v2_ptds", dstDevice, uc, N, nullptr, kPerThread); }, dstDevice, uc, N);
+}
+CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N) {
+  DRIVER_CALL(cuMemsetD16_v2, nullptr, { return memset("cuMemsetD16_v2", dstDevice, us, N, nullptr, kLegacy); }, dstDevice, us, N);
+}
+CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N) {
+  DRIVER_CALL(cuMemsetD16_v2_ptds, nullptr, { return memset("cuMemsetD16_v2_ptds", dstDevice, us, N, nullptr, kPerThread); }, dstDevice, us, N);
+}
+CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
+  DRIVER_CALL(cuMemsetD32_v2, nullptr, { return memset("cuMemsetD32_v2", dstDevice, ui, N, nullptr, kLegacy); }, dstDevice, ui, N);
+}
+CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
+  DRIVER_CALL(cuMemsetD32_v2_ptds, nullptr, { return memset("cuMemsetD32_v2_ptds", dstDevice, ui, N, nullptr, kPerThread); }, dstDevice, ui, N);
+}
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+  DRIVER_CALL(cuMemsetD8Async, nullptr, { return memset("cuMemsetD8Async", dstDevice, uc, N, hStream, kLegacy); }, dstDevice, uc, N, hStream);
+}
+CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+  DRIVER_CALL(cuMemsetD8Async_ptsz, nullptr, { return memset("cuMemsetD8Async_ptsz", dstDevice, uc, N, hStream, kPerThread); }, dstDevice, uc, N, hStream);
+}
+CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
+  DRIVER_CALL(cuMemsetD16Async, nullptr, { return memset("cuMemsetD16Async", dstDevice, us, N, hStream, kLegacy); }, dstDevice, us, N, hStream);
+}
+CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
+  DRIVER_CALL(cuMemsetD16Async_ptsz, nullptr, { return memset("cuMemsetD16Async_ptsz", dstDevice, us, N, hStream, kPerThread); }, dstDevice, us, N, hStream);
+}
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+  DRIVER_CALL(cuMemsetD32Async, nullptr, { return memset("cuMemsetD32Async", dstDevice, ui, N, hStream, kLegacy); }, dstDevice, ui, N, hStream);
+}
+CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+  DRIVER_CALL(cuMemsetD32Async_ptsz, nullptr, { return memset("cuMemsetD32Async_ptsz", dstDevice, ui, N, hStream, kPerThread); }, dstDevice, ui, N, hStream);
+}
+
+// ---- streams and events ---------------------------------------------------------------
+
+CUresult CUDAAPI cuStreamCreate(CUstream* phStream, unsigned int Flags) {
+  DRIVER_CALL(cuStreamCreate, nullptr, {
+    REQUIRE(ready());
+    if (phStream == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return the().streams.create(Flags, phStream);
+  }, phStream, Flags);
+}
+
+CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags, int priority) {
+  DRIVER_CALL(cuStreamCreateWithPriority, nullptr, {
+    REQUIRE(ready());
+    if (phStream == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    (void)priority;  // clamped by the real driver; every stream is equal here
+    return the().streams.create(flags, phStream);
+  }, phStream, flags, priority);
+}
+
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
+  DRIVER_CALL(cuStreamDestroy_v2, nullptr, {
+    REQUIRE(ready());
+    return the().streams.destroy(hStream);
+  }, hStream);
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
+  DRIVER_CALL(cuStreamSynchronize, nullptr, { return streamSynchronize(hStream, kLegacy); }, hStream);
+}
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) {
+  DRIVER_CALL(cuStreamSynchronize_ptsz, nullptr, { return streamSynchronize(hStream, kPerThread); }, hStream);
+}
+CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
+  DRIVER_CALL(cuStreamQuery, nullptr, { return streamQuery(hStream, kLegacy); }, hStream);
+}
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream) {
+  DRIVER_CALL(cuStreamQuery_ptsz, nullptr, { return streamQuery(hStream, kPerThread); }, hStream);
+}
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  DRIVER_CALL(cuStreamWaitEvent, nullptr, { return streamWaitEvent(hStream, hEvent, Flags, kLegacy); }, hStream, hEvent, Flags);
+}
+CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  DRIVER_CALL(cuStreamWaitEvent_ptsz, nullptr, { return streamWaitEvent(hStream, hEvent, Flags, kPerThread); }, hStream, hEvent, Flags);
+}
+CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int* flags) {
+  DRIVER_CALL(cuStreamGetFlags, nullptr, { return streamGetFlags(hStream, flags, kLegacy); }, hStream, flags);
+}
+CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, unsigned int* flags) {
+  DRIVER_CALL(cuStreamGetFlags_ptsz, nullptr, { return streamGetFlags(hStream, flags, kPerThread); }, hStream, flags);
+}
+
+CUresult CUDAAPI cuEventCreate(CUevent* phEvent, unsigned int Flags) {
+  DRIVER_CALL(cuEventCreate, nullptr, {
+    REQUIRE(ready());
+    if (phEvent == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return the().streams.createEvent(Flags, phEvent);
+  }, phEvent, Flags);
+}
+
+CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
+  DRIVER_CALL(cuEventDestroy_v2, nullptr, {
+    REQUIRE(ready());
+    return the().streams.destroyEvent(hEvent);
+  }, hEvent);
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
+  DRIVER_CALL(cuEventRecord, nullptr, { return eventRecord(hEvent, hStream, kLegacy); }, hEvent, hStream);
+}
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
+  DRIVER_CALL(cuEventRecord_ptsz, nullptr, { return eventRecord(hEvent, hStream, kPerThread); }, hEvent, hStream);
+}
+CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  DRIVER_CALL(cuEventRecordWithFlags, nullptr, {
+    if (flags & ~unsigned(CU_EVENT_RECORD_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
+    return eventRecord(hEvent, hStream, kLegacy);
+  }, hEvent, hStream, flags);
+}
+CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  DRIVER_CALL(cuEventRecordWithFlags_ptsz, nullptr, {
+    if (flags & ~unsigned(CU_EVENT_RECORD_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
+    return eventRecord(hEvent, hStream, kPerThread);
+  }, hEvent, hStream, flags);
+}
+
+CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
+  DRIVER_CALL(cuEventQuery, nullptr, {
+    REQUIRE(ready());
+    return the().streams.queryEvent(hEvent);
+  }, hEvent);
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
+  DRIVER_CALL(cuEventSynchronize, nullptr, {
+    REQUIRE(ready());
+    return the().streams.synchronizeEvent(hEvent);
+  }, hEvent);
+}
+
+CUresult CUDAAPI cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
+  DRIVER_CALL(cuEventElapsedTime_v2, nullptr, {
+    REQUIRE(ready());
+    return the().streams.elapsed(pMilliseconds, hStart, hEnd);
+  }, pMilliseconds, hStart, hEnd);
+}
+
+// ---- launches -------------------------------------------------------------------------
+
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                unsigned int gridDimZ, unsigned int blockDimX,
+                                unsigned int blockDimY, unsigned int blockDimZ,
+                                unsigned int sharedMemBytes, CUstream hStream,
+                                void** kernelParams, void** extra) {
+  DRIVER_CALL(cuLaunchKernel, kernelName(f), {
+    return launch("cuLaunchKernel", f, dim3(gridDimX, gridDimY, gridDimZ),
+                  dim3(blockDimX, blockDimY, blockDimZ), hStream, kernelParams, extra, kLegacy);
+  }, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+     kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                     unsigned int gridDimZ, unsigned int blockDimX,
+                                     unsigned int blockDimY, unsigned int blockDimZ,
+                                     unsigned int sharedMemBytes, CUstream hStream,
+                                     void** kernelParams, void** extra) {
+  DRIVER_CALL(cuLaunchKernel_ptsz, kernelName(f), {
+    return launch("cuLaunchKernel_ptsz", f, dim3(gridDimX, gridDimY, gridDimZ),
+                  dim3(blockDimX, blockDimY, blockDimZ), hStream, kernelParams, extra, kPerThread);
+  }, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+     kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                                  void** extra) {
+  DRIVER_CALL(cuLaunchKernelEx, kernelName(f), {
+    if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return launch("cuLaunchKernelEx", f, dim3(config->gridDimX, config->gridDimY, config->gridDimZ),
+                  dim3(config->blockDimX, config->blockDimY, config->blockDimZ), config->hStream,
+                  kernelParams, extra, kLegacy);
+  }, config, f, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
+                                       void** kernelParams, void** extra) {
+  DRIVER_CALL(cuLaunchKernelEx_ptsz, kernelName(f), {
+    if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return launch("cuLaunchKernelEx_ptsz", f,
+                  dim3(config->gridDimX, config->gridDimY, config->gridDimZ),
+                  dim3(config->blockDimX, config->blockDimY, config->blockDimZ), config->hStream,
+                  kernelParams, extra, kPerThread);
+  }, config, f, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
+                                           unsigned int gridDimY, unsigned int gridDimZ,
+                                           unsigned int blockDimX, unsigned int blockDimY,
+                                           unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                           CUstream hStream, void** kernelParams) {
+  DRIVER_CALL(cuLaunchCooperativeKernel, kernelName(f), {
+    return launch("cuLaunchCooperativeKernel", f, dim3(gridDimX, gridDimY, gridDimZ),
+                  dim3(blockDimX, blockDimY, blockDimZ), hStream, kernelParams, nullptr, kLegacy);
+  }, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+     kernelParams);
+}
+
+CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
+                                                unsigned int gridDimY, unsigned int gridDimZ,
+                                                unsigned int blockDimX, unsigned int blockDimY,
+                                                unsigned int blockDimZ,
+                                                unsigned int sharedMemBytes, CUstream hStream,
+                                                void** kernelParams) {
+  DRIVER_CALL(cuLaunchCooperativeKernel_ptsz, kernelName(f), {
+    return launch("cuLaunchCooperativeKernel_ptsz", f, dim3(gridDimX, gridDimY, gridDimZ),
+                  dim3(blockDimX, blockDimY, blockDimZ), hStream, kernelParams, nullptr, kPerThread);
+  }, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+     kernelParams);
+}
+
+CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
+  DRIVER_CALL(cuLaunchHostFunc, nullptr, { return hostFunc(hStream, fn, userData, kLegacy); }, hStream, fn, userData);
+}
+CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void* userData) {
+  DRIVER_CALL(cuLaunchHostFunc_ptsz, nullptr, { return hostFunc(hStream, fn, userData, kPerThread); }, hStream, fn, userData);
+}
+
+CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset,
+                                    size_t* paramSize) {
+  DRIVER_CALL(cuFuncGetParamInfo, nullptr, {
+    REQUIRE(initialized());
+    const Function* function = kernels().find(func);
+    if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (paramIndex >= function->sizes.size()) return CUDA_ERROR_INVALID_VALUE;
+    if (paramOffset) *paramOffset = function->offsets[paramIndex];
+    if (paramSize) *paramSize = function->sizes[paramIndex];
+    return CUDA_SUCCESS;
+  }, func, paramIndex, paramOffset, paramSize);
+}
+
+CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction hfunc) {
+  DRIVER_CALL(cuFuncGetName, nullptr, {
+    REQUIRE(initialized());
+    if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const Function* function = kernels().find(hfunc);
+    if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    *name = function->name.c_str();
+    return CUDA_SUCCESS;
+  }, name, hfunc);
+}
+
+// ---- IPC ------------------------------------------------------------------------------
+
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
+  DRIVER_CALL(cuIpcGetMemHandle, nullptr, {
+    REQUIRE(ready());
+    if (pHandle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return the().memory.ipcExport(dptr, pHandle);
+  }, pHandle, dptr);
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags) {
+  DRIVER_CALL(cuIpcOpenMemHandle_v2, nullptr, {
+    REQUIRE(ready());
+    if (pdptr == nullptr || (Flags & ~unsigned(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)))
+      return CUDA_ERROR_INVALID_VALUE;
+    return the().memory.ipcOpen(handle, pdptr);
+  }, pdptr, handle, Flags);
+}
+
+CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
+  DRIVER_CALL(cuIpcCloseMemHandle, nullptr, {
+    REQUIRE(ready());
+    return the().memory.ipcClose(dptr);
+  }, dptr);
+}
+
+// ---- errors and private tables ----------------------------------------------------------
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char** pStr) {
+  DRIVER_CALL(cuGetErrorString, nullptr, { return describeResult(error, pStr, false); }, error, pStr);
+}
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char** pStr) {
+  DRIVER_CALL(cuGetErrorName, nullptr, { return describeResult(error, pStr, true); }, error, pStr);
+}
+
+CUresult CUDAAPI cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTableId) {
+  DRIVER_CALL(cuGetExportTable, nullptr, {
+    if (ppExportTable == nullptr || pExportTableId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (std::memcmp(pExportTableId, &kExportTableId, sizeof(CUuuid)) != 0)
+      return CUDA_ERROR_INVALID_VALUE;
+    *ppExportTable = &exportTable();
+    return CUDA_SUCCESS;
+  }, ppExportTable, pExportTableId);
+}
+
+#undef cuGetProcAddress  // cuda.h maps it to _v2; the first version is exported too
+
+CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
+                                     cuuint64_t flags, CUdriverProcAddressQueryResult* symbolStatus) {
+  DRIVER_CALL(cuGetProcAddress_v2, nullptr, {
+    return lookupProcAddress(symbol, pfn, cudaVersion, flags, symbolStatus);
+  }, symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
+  DRIVER_CALL(cuGetProcAddress, nullptr, {
+    return lookupProcAddress(symbol, pfn, cudaVersion, flags, nullptr);
+  }, symbol, pfn, cudaVersion, flags);
+}
+
+}  // extern "C"

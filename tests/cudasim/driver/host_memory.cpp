@@ -1,0 +1,61 @@
+#include "host_memory.h"
+
+#include <sys/mman.h>
+
+namespace cudasim {
+
+CUresult HostMemory::allocate(size_t bytes, void** out) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes == 0) {
+    *out = nullptr;
+    return CUDA_SUCCESS;
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard lock(mutex_);
+  ranges_[reinterpret_cast<uintptr_t>(p)] = Range{bytes, true};
+  *out = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult HostMemory::free(void* pointer) {
+  if (pointer == nullptr) return CUDA_SUCCESS;
+  std::lock_guard lock(mutex_);
+  auto it = ranges_.find(reinterpret_cast<uintptr_t>(pointer));
+  if (it == ranges_.end() || !it->second.allocated) return CUDA_ERROR_INVALID_VALUE;
+  munmap(pointer, it->second.bytes);
+  ranges_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult HostMemory::registerRange(void* pointer, size_t bytes) {
+  if (pointer == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  const auto start = reinterpret_cast<uintptr_t>(pointer);
+  std::lock_guard lock(mutex_);
+  auto next = ranges_.lower_bound(start);
+  if (next != ranges_.end() && next->first < start + bytes)
+    return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  if (next != ranges_.begin() && std::prev(next)->first + std::prev(next)->second.bytes > start)
+    return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  ranges_[start] = Range{bytes, false};
+  return CUDA_SUCCESS;
+}
+
+CUresult HostMemory::unregisterRange(void* pointer) {
+  std::lock_guard lock(mutex_);
+  auto it = ranges_.find(reinterpret_cast<uintptr_t>(pointer));
+  if (it == ranges_.end() || it->second.allocated) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  ranges_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+bool HostMemory::isPinned(const void* pointer, size_t bytes) {
+  const auto start = reinterpret_cast<uintptr_t>(pointer);
+  std::lock_guard lock(mutex_);
+  auto it = ranges_.upper_bound(start);
+  if (it == ranges_.begin()) return false;
+  --it;
+  return start - it->first + bytes <= it->second.bytes;
+}
+
+}  // namespace cudasim

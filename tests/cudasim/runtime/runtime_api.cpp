@@ -1,0 +1,638 @@
+// cudasim's libcudart.so.13: the runtime calls the test programs use.
+//
+// It reaches the driver exactly the way the real runtime does: dlopen("libcuda.so.1"),
+// dlsym on that handle for cuGetProcAddress_v2 (and cuGetProcAddress), then every other
+// driver function through cuGetProcAddress. A driver-level interposer that wraps dlsym and
+// cuGetProcAddress therefore sees exactly what it would see under the real runtime.
+// Private services (kernel registration, the CUPTI slot) come from cuGetExportTable.
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <generated_cuda_runtime_api_meta.h>
+
+#include "../common/callback_scope.h"
+#include "../common/export_table.h"
+#include "cudasim/cudasim.h"
+
+namespace cudasim {
+namespace {
+
+constexpr int kRuntimeVersion = 13000;
+
+// The driver functions the runtime uses, fetched through cuGetProcAddress.
+struct DriverApi {
+#define DRIVER_FUNCTION(name) decltype(&::name) name = nullptr;
+#define DRIVER_FUNCTIONS(X)                                                                     \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetExportTable) X(cuDeviceGetCount) X(cuDeviceGet)          \
+  X(cuDeviceGetName) X(cuDeviceTotalMem_v2) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)  \
+  X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemGetInfo_v2) X(cuMemAlloc_v2) X(cuMemFree_v2)       \
+  X(cuMemAllocHost_v2) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostRegister_v2)                 \
+  X(cuMemHostUnregister) X(cuMemHostGetDevicePointer_v2) X(cuMemcpy) X(cuMemcpyAsync)             \
+  X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoD_v2) X(cuMemcpyHtoDAsync_v2)                \
+  X(cuMemcpyDtoHAsync_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemsetD8_v2) X(cuMemsetD8Async)             \
+  X(cuStreamCreate) X(cuStreamCreateWithPriority) X(cuStreamDestroy_v2) X(cuStreamSynchronize)   \
+  X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord)    \
+  X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime_v2) X(cuLaunchKernel)                \
+  X(cuLaunchKernelEx) X(cuLaunchHostFunc) X(cuFuncGetParamInfo) X(cuFuncGetName)                  \
+  X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) X(cuGetProcAddress_v2)
+  DRIVER_FUNCTIONS(DRIVER_FUNCTION)
+#undef DRIVER_FUNCTION
+};
+
+// The base names cuGetProcAddress knows them by.
+std::string baseName(const char* name) {
+  std::string base = name;
+  if (base.size() > 3 && base.compare(base.size() - 3, 3, "_v2") == 0) base.resize(base.size() - 3);
+  return base;
+}
+
+struct PendingKernel {
+  const void* symbol;
+  std::string name;
+  cudasimKernelBody body;
+  std::vector<size_t> sizes;
+};
+
+DriverApi gApi;
+const ExportTable* gTable = nullptr;
+CallbackState* gCallbacks = nullptr;  // set once initialised
+CUcontext gPrimary = nullptr;
+cudaError_t gInitError = cudaSuccess;
+std::once_flag gInitOnce;
+std::mutex gPendingMutex;
+std::vector<PendingKernel> gPending;  // registered before the driver was loaded
+bool gInitialised = false;            // guarded by gPendingMutex for registration
+
+thread_local cudaError_t tLastError = cudaSuccess;
+thread_local bool tContextCurrent = false;
+thread_local int tDevice = 0;
+thread_local uint32_t tCorrelationId = 0;
+
+cudaError_t toRuntime(CUresult result) {
+  // The runtime's codes equal the driver's for every error these calls can return
+  // (e.g. CUDA_ERROR_OUT_OF_MEMORY = cudaErrorMemoryAllocation = 2).
+  return static_cast<cudaError_t>(result);
+}
+
+void initialise() {
+  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    gInitError = cudaErrorInsufficientDriver;
+    return;
+  }
+  auto getProc = reinterpret_cast<decltype(&cuGetProcAddress_v2)>(
+      dlsym(handle, "cuGetProcAddress_v2"));
+  if (getProc == nullptr) {
+    gInitError = cudaErrorInsufficientDriver;
+    return;
+  }
+  bool complete = true;
+#define FETCH(name)                                                                          \
+  if (getProc(baseName(#name).c_str(), reinterpret_cast<void**>(&gApi.name), kRuntimeVersion, \
+              CU_GET_PROC_ADDRESS_DEFAULT, nullptr) != CUDA_SUCCESS)                           \
+    complete = false;
+  DRIVER_FUNCTIONS(FETCH)
+#undef FETCH
+  if (!complete) {
+    gInitError = cudaErrorInsufficientDriver;
+    return;
+  }
+  const void* table = nullptr;
+  if (gApi.cuGetExportTable(&table, &kExportTableId) != CUDA_SUCCESS ||
+      static_cast<const ExportTable*>(table)->size != sizeof(ExportTable)) {
+    // A driver that is not cudasim's: this runtime cannot drive it.
+    std::fprintf(stderr, "cudasim: libcudart.so.13 (cudasim) loaded a libcuda.so.1 that is not "
+                         "cudasim's; put the cudasim build directory first on the library path\n");
+    gInitError = cudaErrorInsufficientDriver;
+    return;
+  }
+  gTable = static_cast<const ExportTable*>(table);
+  CUresult result = gApi.cuInit(0);
+  if (result != CUDA_SUCCESS) {
+    gInitError = result == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : toRuntime(result);
+    return;
+  }
+  result = gApi.cuDevicePrimaryCtxRetain(&gPrimary, 0);
+  if (result != CUDA_SUCCESS) {
+    gInitError = toRuntime(result);
+    return;
+  }
+  std::lock_guard lock(gPendingMutex);
+  for (const PendingKernel& kernel : gPending)
+    gTable->registerKernel(kernel.symbol, kernel.name.c_str(), kernel.body,
+                           static_cast<int>(kernel.sizes.size()), kernel.sizes.data());
+  gPending.clear();
+  gInitialised = true;
+  gCallbacks = gTable->callbacks;
+}
+
+// Loads the driver once, and makes the primary context current on this thread.
+cudaError_t ready() {
+  std::call_once(gInitOnce, initialise);
+  if (gInitError != cudaSuccess) return gInitError;
+  if (!tContextCurrent) {
+    CUresult result = gApi.cuCtxSetCurrent(gPrimary);
+    if (result != CUDA_SUCCESS) return toRuntime(result);
+    tContextCurrent = true;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t remember(cudaError_t error) {
+  // cudaErrorNotReady reports a state, not a failure: it is not recorded.
+  if (error != cudaSuccess && error != cudaErrorNotReady) tLastError = error;
+  return error;
+}
+
+// Calls a driver function, telling the driver that it is this runtime call's own call
+// (for the correlation id, and for CUDASIM_CUPTI_DRIVER_CALLBACKS=0).
+template <class Function, class... Args>
+cudaError_t drive(CUpti_CallbackId driverCbid, Function function, Args... args) {
+  gTable->setRuntimeOrigin(RuntimeOrigin{driverCbid, tCorrelationId});
+  CUresult result = function(args...);
+  gTable->setRuntimeOrigin(RuntimeOrigin{});
+  return toRuntime(result);
+}
+#define DRIVE(name, ...) drive(CUPTI_DRIVER_TRACE_CBID_##name, gApi.name, __VA_ARGS__)
+#define DRIVE0(name) drive(CUPTI_DRIVER_TRACE_CBID_##name, gApi.name)
+
+template <class Body>
+cudaError_t runtimeCall(CUpti_CallbackId cbid, const char* name, const void* params,
+                        const char* symbolName, bool needsDriver, Body&& body) {
+  if (needsDriver) {
+    if (cudaError_t error = ready()) return remember(error);
+  }
+  CallbackState* callbacks = gCallbacks;
+  if (callbacks == nullptr) return remember(body());
+  const uint32_t outer = tCorrelationId;
+  const bool subscribed = callbacks->subscriber.load(std::memory_order_acquire) != nullptr;
+  tCorrelationId = subscribed ? callbacks->nextCorrelationId.fetch_add(1) : 0;
+  cudaError_t result = invokeWithCallbacks<cudaError_t>(
+      *callbacks, CallSite{CUPTI_CB_DOMAIN_RUNTIME_API, cbid, name}, params, symbolName,
+      needsDriver ? gPrimary : nullptr, tCorrelationId, body);
+  tCorrelationId = outer;
+  return remember(result);
+}
+
+#define RUNTIME_CALL(name, body, ...)                                                          \
+  name##_params params_{__VA_ARGS__};                                                           \
+  return runtimeCall(CUPTI_RUNTIME_TRACE_CBID_##name, #name, &params_, nullptr, true,          \
+                     [&]() -> cudaError_t body)
+#define RUNTIME_CALL_NOARGS(name, body)                                                        \
+  return runtimeCall(CUPTI_RUNTIME_TRACE_CBID_##name, #name, nullptr, nullptr, true,          \
+                     [&]() -> cudaError_t body)
+
+CUstream driverStream(cudaStream_t stream) { return reinterpret_cast<CUstream>(stream); }
+
+cudaError_t functionFor(const void* symbol, CUfunction* function) {
+  if (gTable->functionForSymbol(symbol, function) != CUDA_SUCCESS)
+    return cudaErrorInvalidDeviceFunction;
+  return cudaSuccess;
+}
+
+const char* kernelNameFor(const void* symbol) {
+  CUfunction function;
+  const char* name = nullptr;
+  if (gTable == nullptr || gTable->functionForSymbol(symbol, &function) != CUDA_SUCCESS)
+    return nullptr;
+  gApi.cuFuncGetName(&name, function);
+  return name;
+}
+
+#include "result_names.inc"
+
+const char* describe(cudaError_t error, bool wantName) {
+  switch (static_cast<int>(error)) {
+#define CUDASIM_DESCRIBE(value, name, description) \
+  case value:                                     \
+    return wantName ? name : description;
+    CUDASIM_RUNTIME_RESULTS(CUDASIM_DESCRIBE)
+#undef CUDASIM_DESCRIBE
+  }
+  return wantName ? "cudaErrorUnknown" : "unrecognized error code";
+}
+
+cudaError_t copyKind(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                     cudaStream_t stream, bool async) {
+  const auto d = reinterpret_cast<CUdeviceptr>(dst);
+  const auto s = reinterpret_cast<CUdeviceptr>(src);
+  const CUstream cs = driverStream(stream);
+  switch (kind) {
+    case cudaMemcpyHostToDevice:
+      return async ? DRIVE(cuMemcpyHtoDAsync_v2, d, src, count, cs)
+                   : DRIVE(cuMemcpyHtoD_v2, d, src, count);
+    case cudaMemcpyDeviceToHost:
+      return async ? DRIVE(cuMemcpyDtoHAsync_v2, dst, s, count, cs)
+                   : DRIVE(cuMemcpyDtoH_v2, dst, s, count);
+    case cudaMemcpyDeviceToDevice:
+      return async ? DRIVE(cuMemcpyDtoDAsync_v2, d, s, count, cs)
+                   : DRIVE(cuMemcpyDtoD_v2, d, s, count);
+    case cudaMemcpyHostToHost:
+    case cudaMemcpyDefault:
+      return async ? DRIVE(cuMemcpyAsync, d, s, count, cs) : DRIVE(cuMemcpy, d, s, count);
+  }
+  return cudaErrorInvalidMemcpyDirection;
+}
+
+}  // namespace
+}  // namespace cudasim
+
+using namespace cudasim;
+
+extern "C" {
+
+void cudasimRegisterKernel(const void* symbol, const char* name,
+                           void (*body)(void** params, dim3 grid, dim3 block), int paramCount,
+                           const size_t* paramSizes) {
+  {
+    std::lock_guard lock(gPendingMutex);
+    if (!gInitialised) {
+      // Programs register at start-up; the driver is loaded on the first runtime call.
+      gPending.push_back(PendingKernel{symbol, name ? name : "", body,
+                                       std::vector<size_t>(paramSizes, paramSizes + paramCount)});
+      return;
+    }
+  }
+  gTable->registerKernel(symbol, name, body, paramCount, paramSizes);
+}
+
+// ---- errors and versions --------------------------------------------------------------
+
+cudaError_t CUDARTAPI cudaGetLastError(void) {
+  cudaError_t error = tLastError;
+  tLastError = cudaSuccess;
+  return error;
+}
+
+cudaError_t CUDARTAPI cudaPeekAtLastError(void) { return tLastError; }
+
+const char* CUDARTAPI cudaGetErrorString(cudaError_t error) { return describe(error, false); }
+const char* CUDARTAPI cudaGetErrorName(cudaError_t error) { return describe(error, true); }
+
+cudaError_t CUDARTAPI cudaRuntimeGetVersion(int* runtimeVersion) {
+  if (runtimeVersion == nullptr) return remember(cudaErrorInvalidValue);
+  *runtimeVersion = kRuntimeVersion;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaDriverGetVersion(int* driverVersion) {
+  if (driverVersion == nullptr) return remember(cudaErrorInvalidValue);
+  std::call_once(gInitOnce, initialise);
+  // Without a driver the answer is 0, not an error.
+  *driverVersion = 0;
+  if (gApi.cuDriverGetVersion != nullptr) gApi.cuDriverGetVersion(driverVersion);
+  return cudaSuccess;
+}
+
+// ---- devices ----------------------------------------------------------------------------
+
+cudaError_t CUDARTAPI cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return remember(cudaErrorInvalidValue);
+  *count = 0;
+  RUNTIME_CALL(cudaGetDeviceCount_v3020, { return DRIVE(cuDeviceGetCount, count); }, count);
+}
+
+cudaError_t CUDARTAPI cudaSetDevice(int device) {
+  RUNTIME_CALL(cudaSetDevice_v3020, {
+    int count = 0;
+    gApi.cuDeviceGetCount(&count);
+    if (device < 0 || device >= count) return cudaErrorInvalidDevice;
+    tDevice = device;
+    return cudaSuccess;
+  }, device);
+}
+
+cudaError_t CUDARTAPI cudaGetDevice(int* device) {
+  RUNTIME_CALL(cudaGetDevice_v3020, {
+    if (device == nullptr) return cudaErrorInvalidValue;
+    *device = tDevice;
+    return cudaSuccess;
+  }, device);
+}
+
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  RUNTIME_CALL(cudaDeviceGetAttribute_v5000, {
+    // The runtime's attribute numbers are the driver's.
+    return DRIVE(cuDeviceGetAttribute, value, static_cast<CUdevice_attribute>(attr), device);
+  }, value, attr, device);
+}
+
+cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  RUNTIME_CALL(cudaGetDeviceProperties_v12000, {
+    if (prop == nullptr) return cudaErrorInvalidValue;
+    std::memset(prop, 0, sizeof(*prop));
+    if (cudaError_t e = DRIVE(cuDeviceGetName, prop->name, int(sizeof(prop->name)), device))
+      return e;
+    size_t total = 0;
+    DRIVE(cuDeviceTotalMem_v2, &total, device);
+    prop->totalGlobalMem = total;
+    auto attribute = [device](CUdevice_attribute a) {
+      int v = 0;
+      gApi.cuDeviceGetAttribute(&v, a, device);
+      return v;
+    };
+    prop->major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    prop->minor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    prop->multiProcessorCount = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    prop->maxThreadsPerBlock = attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+    prop->warpSize = attribute(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+    prop->sharedMemPerBlock = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+    prop->maxThreadsDim[0] = attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+    prop->maxThreadsDim[1] = attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+    prop->maxThreadsDim[2] = attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+    prop->maxGridSize[0] = attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+    prop->maxGridSize[1] = attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+    prop->maxGridSize[2] = attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+    prop->unifiedAddressing = attribute(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING);
+    prop->asyncEngineCount = attribute(CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT);
+    prop->concurrentKernels = attribute(CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS);
+    prop->canMapHostMemory = attribute(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY);
+    prop->memoryBusWidth = attribute(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH);
+    return cudaSuccess;
+  }, prop, device);
+}
+
+cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
+  RUNTIME_CALL_NOARGS(cudaDeviceSynchronize_v3020, { return DRIVE0(cuCtxSynchronize); });
+}
+
+cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free, size_t* total) {
+  RUNTIME_CALL(cudaMemGetInfo_v3020, { return DRIVE(cuMemGetInfo_v2, free, total); }, free, total);
+}
+
+// ---- memory -----------------------------------------------------------------------------
+
+cudaError_t CUDARTAPI cudaMalloc(void** devPtr, size_t size) {
+  RUNTIME_CALL(cudaMalloc_v3020, {
+    if (devPtr == nullptr) return cudaErrorInvalidValue;
+    if (size == 0) {
+      *devPtr = nullptr;  // as the real runtime does
+      return cudaSuccess;
+    }
+    CUdeviceptr address = 0;
+    cudaError_t error = DRIVE(cuMemAlloc_v2, &address, size);
+    *devPtr = error == cudaSuccess ? reinterpret_cast<void*>(address) : nullptr;
+    return error;
+  }, devPtr, size);
+}
+
+cudaError_t CUDARTAPI cudaFree(void* devPtr) {
+  RUNTIME_CALL(cudaFree_v3020, {
+    if (devPtr == nullptr) return cudaSuccess;
+    return DRIVE(cuMemFree_v2, reinterpret_cast<CUdeviceptr>(devPtr));
+  }, devPtr);
+}
+
+cudaError_t CUDARTAPI cudaMallocHost(void** ptr, size_t size) {
+  RUNTIME_CALL(cudaMallocHost_v3020, { return DRIVE(cuMemAllocHost_v2, ptr, size); }, ptr, size);
+}
+
+cudaError_t CUDARTAPI cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
+  RUNTIME_CALL(cudaHostAlloc_v3020, { return DRIVE(cuMemHostAlloc, pHost, size, flags); }, pHost, size, flags);
+}
+
+cudaError_t CUDARTAPI cudaFreeHost(void* ptr) {
+  RUNTIME_CALL(cudaFreeHost_v3020, { return DRIVE(cuMemFreeHost, ptr); }, ptr);
+}
+
+cudaError_t CUDARTAPI cudaHostRegister(void* ptr, size_t size, unsigned int flags) {
+  RUNTIME_CALL(cudaHostRegister_v4000, { return DRIVE(cuMemHostRegister_v2, ptr, size, flags); }, ptr, size, flags);
+}
+
+cudaError_t CUDARTAPI cudaHostUnregister(void* ptr) {
+  RUNTIME_CALL(cudaHostUnregister_v4000, { return DRIVE(cuMemHostUnregister, ptr); }, ptr);
+}
+
+cudaError_t CUDARTAPI cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int flags) {
+  RUNTIME_CALL(cudaHostGetDevicePointer_v3020, {
+    return DRIVE(cuMemHostGetDevicePointer_v2, reinterpret_cast<CUdeviceptr*>(pDevice), pHost, flags);
+  }, pDevice, pHost, flags);
+}
+
+cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  RUNTIME_CALL(cudaMemcpy_v3020, { return copyKind(dst, src, count, kind, nullptr, false); },
+               dst, src, count, kind);
+}
+
+cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                                      cudaStream_t stream) {
+  RUNTIME_CALL(cudaMemcpyAsync_v3020, { return copyKind(dst, src, count, kind, stream, true); },
+               dst, src, count, kind, stream);
+}
+
+cudaError_t CUDARTAPI cudaMemset(void* devPtr, int value, size_t count) {
+  RUNTIME_CALL(cudaMemset_v3020, {
+    return DRIVE(cuMemsetD8_v2, reinterpret_cast<CUdeviceptr>(devPtr),
+                 static_cast<unsigned char>(value), count);
+  }, devPtr, value, count);
+}
+
+cudaError_t CUDARTAPI cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
+  RUNTIME_CALL(cudaMemsetAsync_v3020, {
+    return DRIVE(cuMemsetD8Async, reinterpret_cast<CUdeviceptr>(devPtr),
+                 static_cast<unsigned char>(value), count, driverStream(stream));
+  }, devPtr, value, count, stream);
+}
+
+// ---- streams and events ---------------------------------------------------------------
+
+cudaError_t CUDARTAPI cudaStreamCreate(cudaStream_t* pStream) {
+  RUNTIME_CALL(cudaStreamCreate_v3020, {
+    return DRIVE(cuStreamCreate, reinterpret_cast<CUstream*>(pStream), 0u);
+  }, pStream);
+}
+
+cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
+  RUNTIME_CALL(cudaStreamCreateWithFlags_v5000, {
+    return DRIVE(cuStreamCreate, reinterpret_cast<CUstream*>(pStream), flags);
+  }, pStream, flags);
+}
+
+cudaError_t CUDARTAPI cudaStreamCreateWithPriority(cudaStream_t* pStream, unsigned int flags,
+                                                   int priority) {
+  RUNTIME_CALL(cudaStreamCreateWithPriority_v5050, {
+    return DRIVE(cuStreamCreateWithPriority, reinterpret_cast<CUstream*>(pStream), flags, priority);
+  }, pStream, flags, priority);
+}
+
+cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) {
+  RUNTIME_CALL(cudaStreamDestroy_v5050, { return DRIVE(cuStreamDestroy_v2, driverStream(stream)); }, stream);
+}
+
+cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream) {
+  RUNTIME_CALL(cudaStreamSynchronize_v3020, { return DRIVE(cuStreamSynchronize, driverStream(stream)); }, stream);
+}
+
+cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t stream) {
+  RUNTIME_CALL(cudaStreamQuery_v3020, { return DRIVE(cuStreamQuery, driverStream(stream)); }, stream);
+}
+
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  RUNTIME_CALL(cudaStreamWaitEvent_v3020, {
+    return DRIVE(cuStreamWaitEvent, driverStream(stream), reinterpret_cast<CUevent>(event), flags);
+  }, stream, event, flags);
+}
+
+cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
+  RUNTIME_CALL(cudaLaunchHostFunc_v10000, {
+    return DRIVE(cuLaunchHostFunc, driverStream(stream), fn, userData);
+  }, stream, fn, userData);
+}
+
+cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t* event) {
+  RUNTIME_CALL(cudaEventCreate_v3020, {
+    return DRIVE(cuEventCreate, reinterpret_cast<CUevent*>(event), 0u);
+  }, event);
+}
+
+cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  RUNTIME_CALL(cudaEventCreateWithFlags_v3020, {
+    return DRIVE(cuEventCreate, reinterpret_cast<CUevent*>(event), flags);
+  }, event, flags);
+}
+
+cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
+  RUNTIME_CALL(cudaEventDestroy_v3020, { return DRIVE(cuEventDestroy_v2, reinterpret_cast<CUevent>(event)); }, event);
+}
+
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  RUNTIME_CALL(cudaEventRecord_v3020, {
+    return DRIVE(cuEventRecord, reinterpret_cast<CUevent>(event), driverStream(stream));
+  }, event, stream);
+}
+
+cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
+  RUNTIME_CALL(cudaEventQuery_v3020, { return DRIVE(cuEventQuery, reinterpret_cast<CUevent>(event)); }, event);
+}
+
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) {
+  RUNTIME_CALL(cudaEventSynchronize_v3020, { return DRIVE(cuEventSynchronize, reinterpret_cast<CUevent>(event)); }, event);
+}
+
+cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  RUNTIME_CALL(cudaEventElapsedTime_v12080, {
+    return DRIVE(cuEventElapsedTime_v2, ms, reinterpret_cast<CUevent>(start), reinterpret_cast<CUevent>(end));
+  }, ms, start, end);
+}
+
+// ---- kernels ----------------------------------------------------------------------------
+
+cudaError_t CUDARTAPI cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                       size_t sharedMem, cudaStream_t stream) {
+  cudaLaunchKernel_v7000_params params{func, gridDim, blockDim, args, sharedMem, stream};
+  if (cudaError_t error = ready()) return remember(error);
+  return runtimeCall(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, "cudaLaunchKernel_v7000",
+                     &params, kernelNameFor(func), true, [&]() -> cudaError_t {
+                       CUfunction function;
+                       if (cudaError_t error = functionFor(func, &function)) return error;
+                       return DRIVE(cuLaunchKernel, function, gridDim.x, gridDim.y, gridDim.z,
+                                    blockDim.x, blockDim.y, blockDim.z,
+                                    static_cast<unsigned>(sharedMem), driverStream(stream), args,
+                                    nullptr);
+                     });
+}
+
+cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func,
+                                          void** args) {
+  cudaLaunchKernelExC_v11060_params params{config, func, args};
+  if (cudaError_t error = ready()) return remember(error);
+  return runtimeCall(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060, "cudaLaunchKernelExC_v11060",
+                     &params, kernelNameFor(func), true, [&]() -> cudaError_t {
+                       if (config == nullptr) return cudaErrorInvalidValue;
+                       CUfunction function;
+                       if (cudaError_t error = functionFor(func, &function)) return error;
+                       CUlaunchConfig driverConfig{};
+                       driverConfig.gridDimX = config->gridDim.x;
+                       driverConfig.gridDimY = config->gridDim.y;
+                       driverConfig.gridDimZ = config->gridDim.z;
+                       driverConfig.blockDimX = config->blockDim.x;
+                       driverConfig.blockDimY = config->blockDim.y;
+                       driverConfig.blockDimZ = config->blockDim.z;
+                       driverConfig.sharedMemBytes = static_cast<unsigned>(config->dynamicSmemBytes);
+                       driverConfig.hStream = driverStream(config->stream);
+                       return DRIVE(cuLaunchKernelEx, &driverConfig, function, args, nullptr);
+                     });
+}
+
+cudaError_t CUDARTAPI cudaGetFuncBySymbol(cudaFunction_t* functionPtr, const void* symbolPtr) {
+  RUNTIME_CALL(cudaGetFuncBySymbol_v11000, {
+    if (functionPtr == nullptr) return cudaErrorInvalidValue;
+    return functionFor(symbolPtr, reinterpret_cast<CUfunction*>(functionPtr));
+  }, functionPtr, symbolPtr);
+}
+
+cudaError_t CUDARTAPI cudaFuncGetParamInfo(const void* func, size_t paramIndex, size_t* paramOffset,
+                                           size_t* paramSize) {
+  RUNTIME_CALL(cudaFuncGetParamInfo_v12040, {
+    CUfunction function;
+    if (cudaError_t error = functionFor(func, &function)) return error;
+    return DRIVE(cuFuncGetParamInfo, function, paramIndex, paramOffset, paramSize);
+  }, func, paramIndex, paramOffset, paramSize);
+}
+
+cudaError_t CUDARTAPI cudaFuncGetName(const char** name, const void* func) {
+  RUNTIME_CALL(cudaFuncGetName_v12030, {
+    if (name == nullptr) return cudaErrorInvalidValue;
+    CUfunction function;
+    if (cudaError_t error = functionFor(func, &function)) return error;
+    return DRIVE(cuFuncGetName, name, function);
+  }, name, func);
+}
+
+// ---- IPC and driver entry points --------------------------------------------------------
+
+cudaError_t CUDARTAPI cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* devPtr) {
+  static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle));
+  RUNTIME_CALL(cudaIpcGetMemHandle_v4010, {
+    return DRIVE(cuIpcGetMemHandle, reinterpret_cast<CUipcMemHandle*>(handle),
+                 reinterpret_cast<CUdeviceptr>(devPtr));
+  }, handle, devPtr);
+}
+
+cudaError_t CUDARTAPI cudaIpcOpenMemHandle(void** devPtr, cudaIpcMemHandle_t handle, unsigned int flags) {
+  RUNTIME_CALL(cudaIpcOpenMemHandle_v4010, {
+    CUipcMemHandle driverHandle;
+    std::memcpy(&driverHandle, &handle, sizeof(driverHandle));
+    return DRIVE(cuIpcOpenMemHandle_v2, reinterpret_cast<CUdeviceptr*>(devPtr), driverHandle, flags);
+  }, devPtr, handle, flags);
+}
+
+cudaError_t CUDARTAPI cudaIpcCloseMemHandle(void* devPtr) {
+  RUNTIME_CALL(cudaIpcCloseMemHandle_v4010, {
+    return DRIVE(cuIpcCloseMemHandle, reinterpret_cast<CUdeviceptr>(devPtr));
+  }, devPtr);
+}
+
+cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
+                                                       unsigned int cudaVersion,
+                                                       unsigned long long flags,
+                                                       cudaDriverEntryPointQueryResult* driverStatus) {
+  RUNTIME_CALL(cudaGetDriverEntryPointByVersion_v12050, {
+    CUdriverProcAddressQueryResult status;
+    cudaError_t error = DRIVE(cuGetProcAddress_v2, symbol, funcPtr, static_cast<int>(cudaVersion),
+                              flags, &status);
+    if (driverStatus) *driverStatus = static_cast<cudaDriverEntryPointQueryResult>(status);
+    // A missing symbol is reported through the status, not as an error of this call.
+    return error == cudaErrorSymbolNotFound ? cudaSuccess : error;
+  }, symbol, funcPtr, cudaVersion, flags, driverStatus);
+}
+
+cudaError_t CUDARTAPI cudaGetDriverEntryPoint(const char* symbol, void** funcPtr,
+                                              unsigned long long flags,
+                                              cudaDriverEntryPointQueryResult* driverStatus) {
+  RUNTIME_CALL(cudaGetDriverEntryPoint_v11030, {
+    CUdriverProcAddressQueryResult status;
+    cudaError_t error = DRIVE(cuGetProcAddress_v2, symbol, funcPtr, kRuntimeVersion, flags, &status);
+    if (driverStatus) *driverStatus = static_cast<cudaDriverEntryPointQueryResult>(status);
+    return error == cudaErrorSymbolNotFound ? cudaSuccess : error;
+  }, symbol, funcPtr, flags, driverStatus);
+}
+
+}  // extern "C"
