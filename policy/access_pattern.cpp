@@ -1,0 +1,52 @@
+// Iteration learning: see access_pattern.h.
+#include "policy/access_pattern.h"
+
+#include <utility>
+
+namespace delta::policy {
+
+AccessPattern::AccessPattern(std::uint32_t max_buffers, std::uint32_t max_launches,
+                             std::uint32_t max_uses) {
+  a_.reserve(max_buffers, max_launches, max_uses);
+  b_.reserve(max_buffers, max_launches, max_uses);
+}
+
+std::uint64_t AccessPattern::signature(const Launch& launch) {
+  std::uint64_t h = 1469598103934665603ull ^ launch.stream;  // FNV-1a over stream and ids
+  for (BufferId id : launch.buffers) {
+    h ^= id;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+void AccessPattern::onIteration(std::int64_t now_ns) {
+  markers_ = true;
+  boundary(now_ns);
+}
+
+void AccessPattern::boundary(std::int64_t now_ns) {
+  if (started_ && position_ > 0) {
+    recording_->finish(now_ns - iteration_start_ns_);
+    if (recording_->ready()) std::swap(learned_, recording_);
+  }
+  recording_->clear();
+  started_ = true;
+  position_ = 0;
+  iteration_start_ns_ = now_ns;
+}
+
+void AccessPattern::onLaunch(const Launch& launch) {
+  const std::uint64_t sig = signature(launch);
+  if (!started_) {
+    boundary(launch.now_ns);
+  } else if (!markers_ && position_ >= kMinPeriod && sig == first_signature_) {
+    boundary(launch.now_ns);
+  }
+  if (position_ == 0) first_signature_ = sig;
+  recording_->addLaunch(launch.now_ns - iteration_start_ns_, alloc_since_launch_, launch.buffers);
+  alloc_since_launch_ = 0;
+  ++position_;
+}
+
+}  // namespace delta::policy

@@ -1,0 +1,50 @@
+// Learns the launch sequence that training repeats every iteration. Iteration boundaries come
+// from the caller's markers when it has them; otherwise a boundary is assumed when the first
+// launch of the recording (same stream, same buffers) comes round again after at least
+// kMinPeriod launches. Each finished iteration becomes the schedule that predicts the next.
+//
+// Cost: onLaunch is O(buffers of the launch) (a hash and a copy into preallocated storage); a
+// boundary costs UseSchedule::finish, O(uses + buffer capacity). Nothing allocates after
+// construction. A recording over capacity is dropped and prediction keeps the last good one.
+#pragma once
+
+#include <cstdint>
+
+#include "policy/use_schedule.h"
+
+namespace delta::policy {
+
+class AccessPattern {
+ public:
+  AccessPattern(std::uint32_t max_buffers, std::uint32_t max_launches, std::uint32_t max_uses);
+
+  void onAlloc(std::uint64_t bytes) { alloc_since_launch_ += bytes; }
+  void onFree(BufferId id) { recording_->addFree(id); }
+  void onLaunch(const Launch& launch);
+  void onIteration(std::int64_t now_ns);
+
+  // The schedule learned from the last complete iteration (may be !ready()).
+  const UseSchedule& schedule() const { return *learned_; }
+  // Launches seen since the iteration began: the position of the next launch.
+  std::uint32_t position() const { return position_; }
+  std::int64_t iterationStartNs() const { return iteration_start_ns_; }
+
+ private:
+  static constexpr std::uint32_t kMinPeriod = 8;
+
+  static std::uint64_t signature(const Launch& launch);
+  void boundary(std::int64_t now_ns);
+
+  UseSchedule a_;
+  UseSchedule b_;
+  UseSchedule* learned_ = &a_;
+  UseSchedule* recording_ = &b_;
+  std::uint64_t first_signature_ = 0;
+  std::uint64_t alloc_since_launch_ = 0;
+  std::int64_t iteration_start_ns_ = 0;
+  std::uint32_t position_ = 0;
+  bool started_ = false;
+  bool markers_ = false;  // the caller gives iteration markers: do not detect
+};
+
+}  // namespace delta::policy

@@ -1,0 +1,35 @@
+// The belady bound: see belady_policy.h.
+#include "policy/belady_policy.h"
+
+#include <limits>
+
+#include "policy/prefetcher.h"
+
+namespace delta::policy {
+
+BeladyPolicy::BeladyPolicy(const PolicyConfig& config, const UseSchedule& future)
+    : Policy(config), future_(future) {}
+
+void BeladyPolicy::onLaunch(const Launch& launch) {
+  Policy::onLaunch(launch);
+  ++position_;
+}
+
+void BeladyPolicy::onIteration(std::int64_t) { position_ = 0; }
+
+Policy::Rating BeladyPolicy::rate(BufferId id, const BufferState&, const EvictRequest& request) const {
+  const std::int64_t next_use = future_.nextUseNs(id, position_);
+  if (next_use == kUnknownNs) return {std::numeric_limits<double>::max(), Action::kSwap, true};
+  if (request.not_before_ns > 0 && next_use <= request.not_before_ns) return {};
+  return {static_cast<double>(next_use), Action::kSwap, true};
+}
+
+std::size_t BeladyPolicy::choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out) {
+  return Prefetcher::choose(future_, position_, table_, costs_, request, out);
+}
+
+std::uint64_t BeladyPolicy::upcomingBytes(std::int64_t, std::int64_t& horizon_ns) const {
+  return Prefetcher::upcomingBytes(future_, position_, table_, costs_, horizon_ns);
+}
+
+}  // namespace delta::policy

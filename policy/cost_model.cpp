@@ -1,0 +1,31 @@
+// Host-link cost model: see cost_model.h.
+#include "policy/cost_model.h"
+
+#include <algorithm>
+
+namespace delta::policy {
+
+namespace {
+constexpr double kMinBytesPerNs = 1e-3;  // 1 MB/s: keeps a bogus measurement from dividing by 0
+}
+
+CostModel::CostModel(double h2d_bytes_per_ns, double d2h_bytes_per_ns)
+    : h2d_(std::max(h2d_bytes_per_ns, kMinBytesPerNs)),
+      d2h_(std::max(d2h_bytes_per_ns, kMinBytesPerNs)) {}
+
+void CostModel::onCopyMeasured(Direction dir, std::uint64_t bytes, std::int64_t ns) {
+  if (bytes < kMinSampleBytes || ns <= 0) return;
+  const double sample = std::max(static_cast<double>(bytes) / static_cast<double>(ns), kMinBytesPerNs);
+  double& rate = dir == Direction::kHostToDevice ? h2d_ : d2h_;
+  rate += kSampleWeight * (sample - rate);
+}
+
+std::int64_t CostModel::transferNs(Direction dir, std::uint64_t bytes) const {
+  return static_cast<std::int64_t>(static_cast<double>(bytes) / bytesPerNs(dir));
+}
+
+double CostModel::bytesPerNs(Direction dir) const {
+  return dir == Direction::kHostToDevice ? h2d_ : d2h_;
+}
+
+}  // namespace delta::policy

@@ -1,0 +1,98 @@
+// The interface the shim and the simulator drive: events (a buffer allocated, freed, used by a
+// launch, marked recomputable, evicted, restored; an iteration boundary; a measured copy) and
+// queries (victims to release N bytes and the action for each; buffers to bring back early).
+// Subclasses differ only in how they rate a candidate and whether they predict.
+//
+// Hot-path contract: after construction no call allocates, throws, locks or logs. Costs:
+// events O(1) (onLaunch O(buffers of the launch), plus learning in DeltaPolicy);
+// chooseVictims O(resident buffers) for the scan plus O(k log n) for k victims;
+// choosePrefetches O(launches scanned ahead, at most kMaxScan). Not thread-safe: the caller
+// serialises calls (the shim holds its residency lock).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "policy/buffer_table.h"
+#include "policy/cost_model.h"
+#include "policy/types.h"
+
+namespace delta::policy {
+
+struct PolicyConfig {
+  std::uint32_t max_buffers = 1u << 16;   // ids must be below this
+  std::uint32_t max_launches = 1u << 16;  // per iteration, for learning the pattern
+  std::uint32_t max_uses = 1u << 20;      // buffer uses per iteration, for learning
+  double h2d_gbps = 12.0;                 // first estimate of the host link, until measured
+  double d2h_gbps = 12.0;
+  // Buffers below this are chosen only when the larger ones do not free enough: evicting many
+  // small buffers costs per-buffer overhead (map/unmap, a copy each) for little memory.
+  std::uint64_t min_evict_bytes = 64u << 10;
+};
+
+class Policy {
+ public:
+  explicit Policy(const PolicyConfig& config);
+  virtual ~Policy() = default;
+  Policy(const Policy&) = delete;
+  Policy& operator=(const Policy&) = delete;
+
+  virtual std::string_view name() const = 0;
+
+  // --- Events. Ids are the caller's, below config.max_buffers; unknown ids are ignored. ---
+  virtual void onAlloc(BufferId id, std::uint64_t bytes, std::int64_t now_ns);
+  virtual void onFree(BufferId id, std::int64_t now_ns);
+  // Call after making the launch's buffers resident, before (or as) it is enqueued.
+  virtual void onLaunch(const Launch& launch);
+  // Iteration boundary, when the caller knows it (framework marker).
+  virtual void onIteration(std::int64_t now_ns);
+  // A hook can recompute this buffer at `cost_ns`; kUnknownNs: it cannot (any more).
+  void onRecomputable(BufferId id, std::int64_t cost_ns);
+  void onPinned(BufferId id, bool pinned);
+  // The caller released the buffer as returned by chooseVictims (or by its own decision).
+  void onEvicted(BufferId id, Action how);
+  void onRestored(BufferId id, std::int64_t now_ns);
+  void onCopyMeasured(Direction dir, std::uint64_t bytes, std::int64_t ns);
+
+  // --- Queries. ---
+  // Fills `out` with victims, best first, until their bytes reach `request.bytes` or `out` is
+  // full; returns how many. Fewer bytes than asked means nothing else may be evicted. The caller
+  // must report each one it evicts through onEvicted before asking again.
+  std::size_t chooseVictims(const EvictRequest& request, std::span<Victim> out);
+  // Evicted (swapped) buffers to start restoring now, most urgent first.
+  virtual std::size_t choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out);
+  // Bytes the next launches will allocate or restore, for freeing room ahead of time (0: no
+  // prediction); `horizon_ns` is set to how far ahead that looks, for EvictRequest::not_before_ns.
+  virtual std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& horizon_ns) const;
+
+  const BufferTable& buffers() const { return table_; }
+  const CostModel& costs() const { return costs_; }
+
+ protected:
+  struct Rating {
+    double score = 0;  // higher: evicted first
+    Action action = Action::kSwap;
+    bool eligible = false;
+  };
+  // Rates one candidate: resident, not pinned, not kept.
+  virtual Rating rate(BufferId id, const BufferState& state, const EvictRequest& request) const = 0;
+
+  BufferTable table_;
+  CostModel costs_;
+  PolicyConfig config_;
+
+ private:
+  struct Scored {
+    double score;
+    BufferId id;
+    Action action;
+    bool large;
+  };
+  static bool lessUrgent(const Scored& a, const Scored& b);
+
+  std::vector<Scored> scratch_;  // capacity max_buffers, reserved at construction
+};
+
+}  // namespace delta::policy

@@ -1,0 +1,84 @@
+// Prefetch planning: see prefetcher.h.
+#include "policy/prefetcher.h"
+
+#include <algorithm>
+
+namespace delta::policy {
+
+namespace {
+
+// Walks launch positions from `position` on, wrapping into the next iteration once.
+// Calls fn(q, due_ns) until fn returns false or kMaxScan launches were seen.
+template <typename Fn>
+void walk(const UseSchedule& schedule, std::uint32_t position, std::uint32_t max_scan, Fn&& fn) {
+  const std::uint32_t len = schedule.length();
+  if (!schedule.ready() || len == 0) return;
+  const std::uint32_t p0 = std::min(position, len);
+  const std::int64_t base = schedule.offsetNs(p0);
+  for (std::uint32_t k = 0; k < max_scan; ++k) {
+    std::uint64_t qq = static_cast<std::uint64_t>(p0) + k;
+    const bool wrapped = qq >= len;
+    if (wrapped) qq -= len;
+    if (qq >= len || (wrapped && qq >= p0)) return;  // one whole iteration seen
+    const auto q = static_cast<std::uint32_t>(qq);
+    const std::int64_t due = wrapped ? schedule.durationNs() - base + schedule.offsetNs(q)
+                                     : schedule.offsetNs(q) - base;
+    if (!fn(q, due)) return;
+  }
+}
+
+}  // namespace
+
+std::size_t Prefetcher::choose(const UseSchedule& schedule, std::uint32_t position,
+                               const BufferTable& table, const CostModel& costs,
+                               const PrefetchRequest& request, std::span<Prefetch> out) {
+  std::size_t n = 0;
+  // The next decision point is the next launch: anything that would be late if started then
+  // must start now.
+  const std::uint32_t p0 = std::min(position, schedule.length());
+  const std::int64_t gap =
+      std::max<std::int64_t>(0, schedule.offsetNs(p0 + 1) - schedule.offsetNs(p0));
+  std::int64_t queue_end = std::max<std::int64_t>(0, request.h2d_busy_until_ns - request.now_ns);
+  walk(schedule, position, kMaxScan, [&](std::uint32_t q, std::int64_t due) {
+    if (due > queue_end + gap && due - queue_end - gap > schedule.durationNs()) return false;
+    for (BufferId id : schedule.buffersAt(q)) {
+      if (!table.valid(id)) continue;
+      const BufferState& s = table[id];
+      if (s.residency != Residency::kEvicted || s.evicted_by != Action::kSwap) continue;
+      bool seen = false;
+      for (std::size_t i = 0; i < n; ++i) seen = seen || out[i].id == id;
+      if (seen) continue;
+      const std::int64_t h2d = costs.transferNs(Direction::kHostToDevice, s.bytes);
+      if (due - (queue_end + h2d) > gap) continue;  // not yet: still on time at the next launch
+      out[n++] = {id, due};
+      queue_end += h2d;
+      if (n == out.size()) return false;
+    }
+    return true;
+  });
+  return n;
+}
+
+std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32_t position,
+                                        const BufferTable& table, const CostModel& costs,
+                                        std::int64_t& horizon_ns) {
+  std::uint64_t bytes = 0;
+  horizon_ns = 0;
+  // Room for an allocation or a restore must be made by the time it happens; copying out
+  // `bytes` takes transferNs(bytes), so count what comes sooner than that.
+  walk(schedule, position, kMaxScan, [&](std::uint32_t q, std::int64_t due) {
+    if (q != position && due > costs.transferNs(Direction::kDeviceToHost, bytes)) return false;
+    horizon_ns = due;
+    bytes += schedule.allocBytesAt(q);
+    for (BufferId id : schedule.buffersAt(q)) {
+      if (table.valid(id) && table[id].residency == Residency::kEvicted &&
+          table[id].evicted_by == Action::kSwap) {
+        bytes += table[id].bytes;
+      }
+    }
+    return true;
+  });
+  return bytes;
+}
+
+}  // namespace delta::policy

@@ -1,0 +1,35 @@
+// Brings swapped buffers back before the launch that needs them, from a schedule of the
+// iteration (learned, or the future for Belady): walks the launches ahead in order and starts a
+// restore once waiting for the next decision point would make it late, counting the copies
+// already queued on the host-to-device engine. Also says how many bytes the next launches will
+// allocate, so the caller can free room ahead of time while compute runs.
+// Cost: O(launches scanned), at most kMaxScan; no allocation.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "policy/buffer_table.h"
+#include "policy/cost_model.h"
+#include "policy/use_schedule.h"
+
+namespace delta::policy {
+
+class Prefetcher {
+ public:
+  static std::size_t choose(const UseSchedule& schedule, std::uint32_t position,
+                            const BufferTable& table, const CostModel& costs,
+                            const PrefetchRequest& request, std::span<Prefetch> out);
+
+  // Bytes the next launches need (their allocations and the restores of swapped buffers they
+  // use), counted while they come sooner than copying that many bytes out would take; the time
+  // that window covers goes to `horizon_ns`.
+  static std::uint64_t upcomingBytes(const UseSchedule& schedule, std::uint32_t position,
+                                     const BufferTable& table, const CostModel& costs,
+                                     std::int64_t& horizon_ns);
+
+ private:
+  static constexpr std::uint32_t kMaxScan = 512;
+};
+
+}  // namespace delta::policy

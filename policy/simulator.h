@@ -1,0 +1,119 @@
+// Replays a Workload through a Policy on a model of one GPU: one compute stream, a host-to-device
+// and a device-to-host copy engine running concurrently at given bandwidths (FIFO each), and a
+// memory budget. The same Policy calls the shim makes drive it.
+//
+// Model, in short (docs/policy.md has the long form):
+// - Decisions happen at op boundaries, at the time the previous op ends on the compute stream.
+// - An op needs its working set resident; memory for its allocations and restores must fit the
+//   budget. A swap frees memory when its copy out ends; a drop frees it at once.
+// - A dropped buffer is recomputed on the compute stream by re-running its producer op (its whole
+//   time, even for one of several results), after making that op's inputs resident (restoring or
+//   recomputing them, recursively). Inputs that the program frees while a dependent is dropped
+//   are kept alive (counted in memory, evictable) until it is recomputed or freed, as a
+//   framework's recompute graph would hold them. An in-place write to a buffer first recomputes
+//   its dropped dependents and ends their recomputability.
+// - After an op starts, the policy may free room ahead (upcomingBytes) and start prefetches.
+// - The workload is repeated `iterations` times; time, bytes and recompute figures cover the
+//   iterations after `warmup`; peak and over-budget ops cover the whole run.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <vector>
+
+#include "policy/policy.h"
+#include "policy/workload.h"
+
+namespace delta::policy {
+
+struct SimOptions {
+  std::uint64_t budget_bytes = std::numeric_limits<std::uint64_t>::max();
+  double h2d_gbps = 12.0;  // 1 GB/s == 1 byte/ns
+  double d2h_gbps = 12.0;
+  std::uint32_t iterations = 3;
+  std::uint32_t warmup = 1;
+  bool iteration_markers = true;  // tell the policy where iterations start
+};
+
+struct SimResult {
+  std::uint64_t budget_bytes = 0;
+  std::uint64_t peak_bytes = 0;
+  std::int64_t total_ns = 0;      // measured iterations, start to end of the compute stream
+  std::int64_t compute_ns = 0;    // the same iterations with unlimited memory
+  std::int64_t recompute_ns = 0;
+  std::int64_t stall_ns = 0;      // total - compute - recompute: waiting for copies
+  double overhead_pct = 0;        // (total - compute) / compute
+  std::uint64_t h2d_bytes = 0;
+  std::uint64_t d2h_bytes = 0;
+  std::uint64_t swaps = 0;
+  std::uint64_t drops = 0;
+  std::uint64_t prefetches = 0;
+  std::uint64_t over_budget_ops = 0;
+  std::uint64_t used_while_evicted = 0;  // invariant: always 0
+};
+
+class Simulator {
+ public:
+  // `workload` must be valid (Workload::validate) and outlive the simulator.
+  Simulator(const Workload& workload, const SimOptions& options);
+
+  SimResult run(Policy& policy);
+
+ private:
+  enum class State : std::uint8_t { kAbsent, kResident, kSwappingOut, kSwapped, kSwappingIn, kDropped };
+  struct Buf {
+    std::uint64_t bytes = 0;
+    std::int64_t ready_ns = 0;     // kSwappingIn: data ready; kSwappingOut: memory free
+    std::int64_t last_use_end = 0;
+    std::uint32_t holders = 0;     // dropped buffers whose recompute needs this one
+    std::uint32_t out_seq = 0;     // matches the pending copy-out entry while it is valid
+    State state = State::kAbsent;
+    bool live = false;             // the program holds it
+    bool recomputable = false;
+  };
+  struct PendingOut {
+    BufferId id;
+    std::uint32_t seq;
+    std::int64_t ready_ns;
+  };
+
+  void reset();
+  void step(std::size_t op_index);
+  std::int64_t makeResident(BufferId id, std::int64_t now);
+  std::int64_t recompute(BufferId id, std::int64_t now);
+  std::int64_t ensureRoom(std::uint64_t bytes, std::int64_t now);
+  void evict(const Victim& victim, std::int64_t now);
+  bool tryPrefetch(const Prefetch& prefetch, std::int64_t now);
+  std::int64_t startRestore(BufferId id, std::int64_t now);
+  void allocate(BufferId id, std::int64_t now, std::size_t op_index);
+  void programFree(BufferId id, std::int64_t now);
+  void releaseStorage(BufferId id, std::int64_t now);
+  void unhold(BufferId id, std::int64_t now);
+  void invalidateDependents(BufferId id, std::int64_t now);
+  void retire(std::int64_t now);
+  void addUsed(std::uint64_t bytes);
+  std::int64_t transferNs(Direction dir, std::uint64_t bytes) const;
+  const std::vector<BufferId>& inputsOf(BufferId id) const;
+
+  const Workload& workload_;
+  SimOptions options_;
+  Policy* policy_ = nullptr;
+
+  std::vector<std::vector<BufferId>> working_sets_;  // per op: allocs + reads + writes
+  std::vector<std::vector<BufferId>> dependents_;    // per buffer: results of ops that read it
+  std::vector<Buf> bufs_;
+  std::deque<PendingOut> pending_out_;
+  std::vector<BufferId> keep_;
+  std::vector<Victim> victims_;
+  std::vector<Prefetch> prefetches_;
+
+  std::uint64_t used_ = 0;
+  std::uint64_t pending_out_bytes_ = 0;
+  std::int64_t t_compute_ = 0;
+  std::int64_t t_h2d_ = 0;
+  std::int64_t t_d2h_ = 0;
+  SimResult r_;
+};
+
+}  // namespace delta::policy

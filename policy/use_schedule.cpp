@@ -1,0 +1,92 @@
+// Per-iteration launch index: see use_schedule.h.
+#include "policy/use_schedule.h"
+
+#include <algorithm>
+
+namespace delta::policy {
+
+void UseSchedule::reserve(std::uint32_t max_buffers, std::uint32_t max_launches,
+                          std::uint32_t max_uses) {
+  time_.assign(max_launches, 0);
+  alloc_.assign(max_launches, 0);
+  launch_begin_.assign(static_cast<std::size_t>(max_launches) + 1, 0);
+  launch_ids_.assign(max_uses, 0);
+  buffer_begin_.assign(static_cast<std::size_t>(max_buffers) + 1, 0);
+  use_pos_.assign(max_uses, 0);
+  free_pos_.assign(max_buffers, kNoPos);
+  clear();
+}
+
+void UseSchedule::clear() {
+  if (length_ > 0 || ready_) std::fill(free_pos_.begin(), free_pos_.end(), kNoPos);
+  length_ = 0;
+  uses_ = 0;
+  duration_ns_ = 0;
+  ready_ = false;
+  overflowed_ = false;
+}
+
+bool UseSchedule::addLaunch(std::int64_t offset_ns, std::uint64_t alloc_bytes_before,
+                            std::span<const BufferId> ids) {
+  if (overflowed_ || length_ >= time_.size() || uses_ + ids.size() > launch_ids_.size()) {
+    overflowed_ = true;
+    return false;
+  }
+  time_[length_] = offset_ns;
+  alloc_[length_] = alloc_bytes_before;
+  launch_begin_[length_] = uses_;
+  for (BufferId id : ids) launch_ids_[uses_++] = id;
+  ++length_;
+  launch_begin_[length_] = uses_;
+  return true;
+}
+
+void UseSchedule::addFree(BufferId id) {
+  if (id < free_pos_.size()) free_pos_[id] = length_ > 0 ? length_ - 1 : 0;
+}
+
+void UseSchedule::finish(std::int64_t duration_ns) {
+  duration_ns_ = std::max(duration_ns, length_ ? time_[length_ - 1] : 0);
+  if (overflowed_) return;
+  // Counting sort of (buffer, position) pairs: positions come out ascending per buffer.
+  const std::size_t nbuf = buffer_begin_.size() - 1;
+  std::fill(buffer_begin_.begin(), buffer_begin_.end(), 0);
+  for (std::uint32_t i = 0; i < uses_; ++i) {
+    if (launch_ids_[i] < nbuf) ++buffer_begin_[launch_ids_[i] + 1];
+  }
+  for (std::size_t b = 0; b < nbuf; ++b) buffer_begin_[b + 1] += buffer_begin_[b];
+  // Fill using buffer_begin_[b] as a cursor, then shift back (classic two-pass CSR build).
+  for (std::uint32_t pos = 0; pos < length_; ++pos) {
+    for (std::uint32_t i = launch_begin_[pos]; i < launch_begin_[pos + 1]; ++i) {
+      const BufferId id = launch_ids_[i];
+      if (id < nbuf) use_pos_[buffer_begin_[id]++] = pos;
+    }
+  }
+  for (std::size_t b = nbuf; b > 0; --b) buffer_begin_[b] = buffer_begin_[b - 1];
+  buffer_begin_[0] = 0;
+  ready_ = true;
+}
+
+std::span<const BufferId> UseSchedule::buffersAt(std::uint32_t pos) const {
+  if (pos >= length_) return {};
+  return {launch_ids_.data() + launch_begin_[pos], launch_begin_[pos + 1] - launch_begin_[pos]};
+}
+
+std::int64_t UseSchedule::nextUseNs(BufferId id, std::uint32_t pos) const {
+  if (!ready_ || id + 1 >= buffer_begin_.size()) return kUnknownNs;
+  const std::uint32_t* first = use_pos_.data() + buffer_begin_[id];
+  const std::uint32_t* last = use_pos_.data() + buffer_begin_[id + 1];
+  if (first == last) return kUnknownNs;
+  const std::int64_t base = offsetNs(pos);
+  const std::uint32_t* next = std::lower_bound(first, last, pos);
+  const std::int64_t use = next != last ? time_[*next] - base
+                                        : duration_ns_ - base + time_[*first];  // next iteration
+  const std::uint32_t freed = free_pos_[id];
+  if (freed != kNoPos && freed + 1 >= pos && freed < length_) {
+    // Freed after launch `freed`, i.e. by the time launch freed + 1 starts.
+    return std::min(use, offsetNs(freed + 1) - base);
+  }
+  return use;
+}
+
+}  // namespace delta::policy

@@ -1,0 +1,61 @@
+// One iteration's launch sequence, as an index for predictions: for each launch its time offset
+// from the iteration start, the bytes allocated just before it and the buffers it touched; for
+// each buffer the positions of its uses. DeltaPolicy learns one from the previous iteration;
+// BeladyPolicy is handed one built from the workload (the future).
+//
+// Cost: reserve() allocates everything once. clear()/addLaunch() are O(buffers of the launch);
+// finish() is O(uses + buffer capacity); nextUseNs() is O(log uses of that buffer). None allocates.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "policy/types.h"
+
+namespace delta::policy {
+
+class UseSchedule {
+ public:
+  void reserve(std::uint32_t max_buffers, std::uint32_t max_launches, std::uint32_t max_uses);
+
+  void clear();
+  // Appends a launch; false (and the schedule is marked overflowed) when over capacity.
+  bool addLaunch(std::int64_t offset_ns, std::uint64_t alloc_bytes_before,
+                 std::span<const BufferId> ids);
+  // `id` was freed after the last launch added: until then it is worth keeping, after that
+  // there is nothing to keep.
+  void addFree(BufferId id);
+  // Closes the iteration: `duration_ns` is the iteration's length; builds the per-buffer index.
+  void finish(std::int64_t duration_ns);
+
+  bool ready() const { return ready_; }
+  bool overflowed() const { return overflowed_; }
+  std::uint32_t length() const { return length_; }
+  std::int64_t durationNs() const { return duration_ns_; }
+  std::int64_t offsetNs(std::uint32_t pos) const { return pos < length_ ? time_[pos] : duration_ns_; }
+  std::uint64_t allocBytesAt(std::uint32_t pos) const { return pos < length_ ? alloc_[pos] : 0; }
+  std::span<const BufferId> buffersAt(std::uint32_t pos) const;
+
+  // Time from launch position `pos` (the next launch to run) to the next use of `id` at or after
+  // it, wrapping into the next iteration, or to its free if that comes first (a buffer about to
+  // be freed is worth little to evict); kUnknownNs when `id` is not used in the schedule.
+  std::int64_t nextUseNs(BufferId id, std::uint32_t pos) const;
+
+ private:
+  std::vector<std::int64_t> time_;
+  std::vector<std::uint64_t> alloc_;
+  std::vector<std::uint32_t> launch_begin_;  // length_ + 1 entries used
+  std::vector<BufferId> launch_ids_;
+  std::vector<std::uint32_t> buffer_begin_;  // per buffer, into use_pos_; capacity + 1 entries
+  std::vector<std::uint32_t> use_pos_;
+  std::vector<std::uint32_t> free_pos_;  // per buffer; kNoPos: not freed in the iteration
+  static constexpr std::uint32_t kNoPos = 0xffffffffu;
+  std::uint32_t length_ = 0;
+  std::uint32_t uses_ = 0;
+  std::int64_t duration_ns_ = 0;
+  bool ready_ = false;
+  bool overflowed_ = false;
+};
+
+}  // namespace delta::policy

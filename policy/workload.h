@@ -1,0 +1,52 @@
+// A replayable workload: one training iteration as a sequence of ops, each with the buffers it
+// allocates, reads, writes in place and frees, and its measured compute time. Buffers marked
+// persistent (weights, inputs) exist before the first iteration and are never freed; the others
+// are allocated and freed within the iteration. A buffer with a producer op can be dropped and
+// recomputed by re-running that op (its cost), which needs the op's reads. Importers (DTR logs;
+// later the shim's traces) produce this; the simulator repeats it. Offline code: allocates freely.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "policy/types.h"
+#include "policy/use_schedule.h"
+
+namespace delta::policy {
+
+struct WorkloadBuffer {
+  std::string name;
+  std::uint64_t bytes = 0;
+  bool persistent = false;
+  std::int32_t producer = -1;              // op index; -1: none
+  std::int64_t recompute_ns = kUnknownNs;  // kUnknownNs: not recomputable
+};
+
+struct WorkloadOp {
+  std::string name;
+  std::int64_t compute_ns = 0;
+  std::vector<BufferId> allocs;  // created just before the op (its results)
+  std::vector<BufferId> reads;
+  std::vector<BufferId> writes;  // written in place (existing buffers)
+  std::vector<BufferId> frees;   // freed just after the op
+};
+
+struct Workload {
+  std::string name;
+  std::vector<WorkloadBuffer> buffers;
+  std::vector<WorkloadOp> ops;
+
+  std::int64_t computeNs() const;
+  // Peak bytes with unlimited memory: persistent buffers plus the most live at any op.
+  std::uint64_t peakBytes() const;
+  // Empty when consistent; else the first problem (use before alloc, double free, ...).
+  std::string validate() const;
+  // Activation sizes and compute times (and recompute costs) multiplied by `factor`: a batch
+  // `factor` times larger, assuming time grows linearly with the batch.
+  Workload scaled(double factor) const;
+  // The iteration as a schedule of launches (one per op): the future, for Belady.
+  UseSchedule schedule() const;
+};
+
+}  // namespace delta::policy

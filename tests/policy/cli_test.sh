@@ -1,0 +1,61 @@
+#!/bin/sh
+# delta-trace's command line: bad options and bad files give one clear line on stderr and a
+# non-zero exit; good runs work on the project's own fixture. Usage: cli_test.sh DELTA_TRACE FIXTURES_DIR
+set -u
+bin=$1
+fixtures=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+# expect STATUS PATTERN ARGS...: exit status and a stderr line matching PATTERN (one line).
+expect() {
+  want=$1 pattern=$2
+  shift 2
+  "$bin" "$@" >"$tmp/out" 2>"$tmp/err"
+  got=$?
+  lines=$(wc -l <"$tmp/err")
+  if [ "$got" != "$want" ] || ! grep -q -- "$pattern" "$tmp/err" || [ "$lines" -gt 1 ]; then
+    echo "FAIL: delta-trace $* -> status $got (want $want), stderr:" >&2
+    cat "$tmp/err" >&2
+    failures=$((failures + 1))
+  fi
+}
+
+fx=$fixtures/tiny_dtr.log
+printf 'not a trace\n' >"$tmp/bad.txt"
+printf '{"INSTRUCTION":"NOPE"}\n' >"$tmp/bad.log"
+printf '\037\213garbage' >"$tmp/bad.gz"
+
+expect 2 "unknown command 'frobnicate'" frobnicate
+expect 2 "unknown option '--bogus'" replay --bogus --policy delta --budget 50% "$fx"
+expect 2 "unknown policy 'fifo' (accepted: delta, lru, dtr, swap-only, recompute-only, belady)" replay --policy fifo --budget 50% "$fx"
+expect 2 "--policy is required" replay --budget 50% "$fx"
+expect 2 "--budget is required" replay --policy delta "$fx"
+expect 2 "bad --budget '12Q'" replay --policy delta --budget 12Q "$fx"
+expect 2 "bad --budget '-5%'" replay --policy delta --budget -5% "$fx"
+expect 2 "bad --h2d-gbps 'fast'" replay --policy delta --budget 50% --h2d-gbps fast "$fx"
+expect 2 "option '--policy' needs a value" replay --budget 50% "$fx" --policy
+expect 2 "expected exactly one trace FILE" replay --policy delta --budget 50%
+expect 2 "bad budget 'x' in --budgets" sweep --budgets 30%,x "$fx"
+expect 2 "unknown policy 'nope'" sweep --policies delta,nope "$fx"
+expect 2 "bad --max-overhead 'lots'" maxbatch --policy delta --budget 50% --max-overhead lots "$fx"
+expect 1 "No such file or directory" replay --policy delta --budget 50% "$tmp/missing.log"
+expect 1 "unrecognised trace format" replay --policy delta --budget 50% "$tmp/bad.txt"
+expect 1 "bad.log:1: unknown instruction \"NOPE\"" replay --policy delta --budget 50% "$tmp/bad.log"
+expect 1 "bad.gz" sweep "$tmp/bad.gz"
+
+# Good runs.
+for cmd in replay sweep maxbatch; do
+  "$bin" $cmd --help >/dev/null || { echo "FAIL: $cmd --help" >&2; failures=$((failures + 1)); }
+done
+"$bin" replay --policy delta --budget 70% "$fx" >"$tmp/out" 2>&1 &&
+  grep -q '^overhead' "$tmp/out" || { echo "FAIL: replay" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
+"$bin" sweep --csv --policies delta,belady --budgets 50%,20000 "$fx" >"$tmp/out" 2>&1 &&
+  head -1 "$tmp/out" | grep -q '^trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,h2d_bytes,d2h_bytes,recompute_ns,stall_ns,over_budget_ops' &&
+  [ "$(wc -l <"$tmp/out")" = 5 ] || { echo "FAIL: sweep --csv" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
+"$bin" maxbatch --policy delta --budget 100% --max-overhead 20% "$fx" >"$tmp/out" 2>&1 &&
+  grep -q '^max batch factor' "$tmp/out" || { echo "FAIL: maxbatch" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
+
+[ "$failures" = 0 ] && echo "cli: all passed"
+exit "$failures"

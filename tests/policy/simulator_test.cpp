@@ -1,0 +1,232 @@
+// Simulator invariants, and the swap-must-win / recompute-must-win cases replayed end to end.
+#include "policy/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "policy/policy_factory.h"
+#include "workload_builder.h"
+
+namespace delta::policy {
+namespace {
+
+using testing::trainingWorkload;
+using testing::WorkloadBuilder;
+
+constexpr std::uint64_t kMiB = 1u << 20;
+
+SimResult replay(const Workload& w, std::string_view name, SimOptions o) {
+  EXPECT_EQ(w.validate(), "");
+  PolicyConfig config;
+  config.max_buffers = static_cast<std::uint32_t>(w.buffers.size());
+  config.max_launches = 4096;
+  config.max_uses = 1 << 16;
+  config.h2d_gbps = o.h2d_gbps;
+  config.d2h_gbps = o.d2h_gbps;
+  const UseSchedule future = w.schedule();
+  PolicyResult p = makePolicy(name, config, &future);
+  EXPECT_EQ(p.error, "");
+  Simulator sim(w, o);
+  return sim.run(*p.policy);
+}
+
+class EveryPolicy : public ::testing::TestWithParam<std::string_view> {};
+
+TEST_P(EveryPolicy, UnlimitedMemoryCostsNothing) {
+  const Workload w = trainingWorkload(8, 64 * kMiB, 1'000'000);
+  const SimResult r = replay(w, GetParam(), SimOptions{});
+  EXPECT_EQ(r.total_ns, r.compute_ns);
+  EXPECT_EQ(r.compute_ns, 2 * w.computeNs());  // 3 iterations, 1 warm-up
+  EXPECT_EQ(r.h2d_bytes + r.d2h_bytes, 0u);
+  EXPECT_EQ(r.recompute_ns, 0);
+  EXPECT_EQ(r.peak_bytes, w.peakBytes());
+  EXPECT_EQ(r.over_budget_ops, 0u);
+  EXPECT_DOUBLE_EQ(r.overhead_pct, 0.0);
+}
+
+TEST_P(EveryPolicy, BudgetIsKeptAndNothingIsUsedWhileEvicted) {
+  const Workload w = trainingWorkload(12, 64 * kMiB, 1'000'000);
+  for (double share : {0.3, 0.5, 0.7, 0.9}) {
+    for (double gbps : {1.0, 12.0, 50.0}) {
+      SimOptions o;
+      o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+      o.h2d_gbps = o.d2h_gbps = gbps;
+      const SimResult r = replay(w, GetParam(), o);
+      const std::string where = std::to_string(share) + " of peak at " + std::to_string(gbps) + " GB/s";
+      EXPECT_EQ(r.used_while_evicted, 0u) << where;
+      if (r.over_budget_ops == 0) {
+        EXPECT_LE(r.peak_bytes, o.budget_bytes) << where;
+      }
+      EXPECT_GE(r.total_ns, r.compute_ns + r.recompute_ns) << where;
+      EXPECT_EQ(r.stall_ns, r.total_ns - r.compute_ns - r.recompute_ns) << where;
+      // The policies that can evict everything fit this budget.
+      if (GetParam() != "dtr" && GetParam() != "recompute-only") {
+        EXPECT_EQ(r.over_budget_ops, 0u) << where;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EveryPolicy,
+                         ::testing::Values("delta", "lru", "dtr", "swap-only", "recompute-only", "belady"),
+                         [](const auto& info) {
+                           std::string s(info.param);
+                           for (char& c : s) c = c == '-' ? '_' : c;
+                           return s;
+                         });
+
+TEST(Simulator, TooSmallABudgetIsCountedNotHidden) {
+  const Workload w = trainingWorkload(4, 64 * kMiB, 1'000'000);
+  SimOptions o;
+  o.budget_bytes = 100 * kMiB;  // less than one backward op's working set (4 x 64 MiB)
+  const SimResult r = replay(w, "delta", o);
+  EXPECT_GT(r.over_budget_ops, 0u);
+  EXPECT_GT(r.peak_bytes, o.budget_bytes);
+  EXPECT_EQ(r.used_while_evicted, 0u);
+}
+
+// A: expensive to recompute (50 ms), needed again after 200 ms of other work: the copy out and
+// back (~11 ms each way at 12 GB/s) hides under compute, so delta must swap, with no stall once
+// it knows the pattern (a little remains: the first copy out waits for the budget).
+Workload swapWins() {
+  WorkloadBuilder b;
+  const BufferId in = b.persistent("in", kMiB);
+  const BufferId a = b.op("expensive", 50'000'000, {in}, {128 * kMiB})[0];
+  BufferId x = b.op("other0", 10'000'000, {in}, {64 * kMiB})[0];
+  for (int i = 1; i < 20; ++i) {
+    const BufferId y = b.op("other" + std::to_string(i), 10'000'000, {x}, {64 * kMiB})[0];
+    b.free(x);
+    x = y;
+  }
+  b.op("use", 1'000'000, {a, x});
+  b.free(a);
+  b.free(x);
+  return b.take();
+}
+
+// B: huge and cheap (1 ms), needed again 2 ms later: moving 1 GiB takes ~90 ms each way, so
+// delta must drop and recompute it.
+Workload recomputeWins() {
+  WorkloadBuilder b;
+  const BufferId in = b.persistent("in", kMiB);
+  const BufferId a = b.op("cheap", 1'000'000, {in}, {1024 * kMiB})[0];
+  const BufferId t = b.op("temp", 2'000'000, {in}, {1024 * kMiB})[0];
+  b.op("use_t", 1'000'000, {t});
+  b.free(t);
+  b.op("use_a", 1'000'000, {a});
+  b.free(a);
+  return b.take();
+}
+
+TEST(Simulator, SwapMustWin) {
+  const Workload w = swapWins();
+  SimOptions o;
+  o.budget_bytes = w.peakBytes() - 64 * kMiB;  // A must leave for a while
+  const SimResult r = replay(w, "delta", o);
+  EXPECT_EQ(r.over_budget_ops, 0u);
+  EXPECT_EQ(r.drops, 0u);
+  EXPECT_GT(r.d2h_bytes, 0u);
+  EXPECT_LT(r.overhead_pct, 5.0);
+  // Recomputing instead costs its 50 ms each iteration.
+  const SimResult rc = replay(w, "recompute-only", o);
+  EXPECT_GT(rc.overhead_pct, 10.0);
+}
+
+TEST(Simulator, RecomputeMustWin) {
+  const Workload w = recomputeWins();
+  SimOptions o;
+  o.budget_bytes = 1100 * kMiB;  // a and t cannot both be resident
+  const SimResult r = replay(w, "delta", o);
+  EXPECT_EQ(r.over_budget_ops, 0u);
+  EXPECT_GT(r.drops, 0u);
+  EXPECT_EQ(r.d2h_bytes, 0u);
+  const SimResult rs = replay(w, "swap-only", o);
+  EXPECT_GT(rs.overhead_pct, 5 * r.overhead_pct);
+}
+
+TEST(Simulator, RecomputeKeepsFreedInputsAlive) {
+  // b = f(a) is dropped while a is alive; the program then frees a before b is needed again:
+  // a must be kept (a framework's recompute graph would hold it) for b's recompute.
+  WorkloadBuilder wb;
+  const BufferId in = wb.persistent("in", kMiB);
+  const BufferId a = wb.op("make_a", 1'000'000, {in}, {256 * kMiB})[0];
+  const BufferId b = wb.op("make_b", 1'000, {a}, {512 * kMiB})[0];
+  const BufferId t = wb.op("temp", 1'000'000, {in}, {512 * kMiB})[0];
+  wb.op("use_t", 1'000'000, {t});
+  wb.free(t);
+  wb.free(a);
+  wb.op("use_b", 1'000'000, {b});
+  wb.free(b);
+  const Workload w = wb.take();
+  SimOptions o;
+  o.budget_bytes = 800 * kMiB;
+  const SimResult r = replay(w, "recompute-only", o);
+  EXPECT_EQ(r.used_while_evicted, 0u);
+  EXPECT_GT(r.drops, 0u);
+  EXPECT_GT(r.recompute_ns, 0);
+  EXPECT_EQ(r.over_budget_ops, 0u);
+}
+
+TEST(Simulator, FreedInputEndsRecomputability) {
+  // a is freed before b has to go: b cannot be recomputed any more, so recompute-only cannot
+  // evict it and must run over budget (counted), never use it while gone.
+  WorkloadBuilder wb;
+  const BufferId in = wb.persistent("in", kMiB);
+  const BufferId a = wb.op("make_a", 1'000'000, {in}, {256 * kMiB})[0];
+  const BufferId b = wb.op("make_b", 1'000, {a}, {512 * kMiB})[0];
+  wb.free(a);
+  const BufferId t = wb.op("temp", 1'000'000, {in}, {512 * kMiB})[0];
+  wb.op("use_t", 1'000'000, {t});
+  wb.free(t);
+  wb.op("use_b", 1'000'000, {b});
+  wb.free(b);
+  const Workload w = wb.take();
+  SimOptions o;
+  o.budget_bytes = 800 * kMiB;
+  const SimResult r = replay(w, "recompute-only", o);
+  EXPECT_EQ(r.used_while_evicted, 0u);
+  EXPECT_EQ(r.drops, 0u);
+  EXPECT_GT(r.over_budget_ops, 0u);
+  EXPECT_EQ(replay(w, "delta", o).over_budget_ops, 0u);  // delta swaps it instead
+}
+
+TEST(Simulator, InPlaceWriteEndsRecomputability) {
+  // b = f(a), then a is written in place: b can no longer be recomputed from a.
+  WorkloadBuilder wb;
+  const BufferId in = wb.persistent("in", kMiB);
+  const BufferId a = wb.op("make_a", 1'000'000, {in}, {256 * kMiB})[0];
+  const BufferId b = wb.op("make_b", 1'000, {a}, {256 * kMiB})[0];
+  wb.op("mutate_a", 1'000, {a}, {}, {a});
+  const BufferId t = wb.op("temp", 1'000'000, {in}, {256 * kMiB})[0];
+  wb.op("use", 1'000'000, {t, b});
+  wb.free(t);
+  wb.free(b);
+  wb.free(a);
+  const Workload w = wb.take();
+  SimOptions o;
+  o.budget_bytes = 700 * kMiB;
+  const SimResult r = replay(w, "recompute-only", o);
+  EXPECT_EQ(r.used_while_evicted, 0u);
+}
+
+TEST(Workload, ScaledGrowsActivationsAndTime) {
+  const Workload w = trainingWorkload(4, 64 * kMiB, 1'000'000, kMiB);
+  const Workload s = w.scaled(2.0);
+  EXPECT_EQ(s.computeNs(), 2 * w.computeNs());
+  EXPECT_EQ(s.buffers[0].bytes, kMiB);  // weights do not grow
+  std::uint64_t persistent = 0;
+  for (const auto& b : w.buffers) persistent += b.persistent ? b.bytes : 0;
+  EXPECT_EQ(s.peakBytes() - persistent, 2 * (w.peakBytes() - persistent));
+}
+
+TEST(Workload, ValidateFindsUseAfterFree) {
+  WorkloadBuilder wb;
+  const BufferId a = wb.op("make", 1, {}, {8})[0];
+  wb.free(a);
+  wb.op("use", 1, {a});
+  EXPECT_NE(wb.take().validate().find("used while not allocated"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace delta::policy

@@ -1,0 +1,319 @@
+// Replay subcommands: see replay_commands.h.
+#include "tools/replay_commands.h"
+
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <optional>
+
+#include "policy/policy_factory.h"
+#include "policy/simulator.h"
+#include "tools/cli_args.h"
+#include "tools/trace_loader.h"
+
+namespace delta::tools {
+
+namespace {
+
+using policy::SimOptions;
+using policy::SimResult;
+using policy::Workload;
+
+constexpr std::string_view kSimHelp =
+    "  --h2d-gbps X      host-to-device bandwidth, GB/s (default 12)\n"
+    "  --d2h-gbps Y      device-to-host bandwidth, GB/s (default 12)\n"
+    "  --iterations N    iterations replayed (default 3)\n"
+    "  --warmup W        first iterations left out of time and bytes (default 1)\n"
+    "Budgets are bytes (123456, 512M, 4GiB, 6GB) or a percentage of the workload's peak with\n"
+    "unlimited memory (30%). Policies: delta, lru, dtr, swap-only, recompute-only, belady.\n";
+
+const std::vector<OptionSpec> kSimOptions = {
+    {"h2d-gbps", true}, {"d2h-gbps", true}, {"iterations", true}, {"warmup", true}, {"help", false}};
+
+int usage(std::string_view cmd, const std::string& msg) {
+  fmt::print(stderr, "delta-trace {}: {} (see 'delta-trace {} --help')\n", cmd, msg, cmd);
+  return 2;
+}
+
+int fileError(std::string_view cmd, const std::string& msg) {
+  fmt::print(stderr, "delta-trace {}: {}\n", cmd, msg);
+  return 1;
+}
+
+// Parses the options every replay command shares; returns an error message or "".
+std::string simOptions(const CliArgs& a, SimOptions& o) {
+  if (auto v = a.value("h2d-gbps")) {
+    auto x = parsePositive(*v);
+    if (!x) return "bad --h2d-gbps '" + *v + "': expected a positive number of GB/s";
+    o.h2d_gbps = *x;
+  }
+  if (auto v = a.value("d2h-gbps")) {
+    auto x = parsePositive(*v);
+    if (!x) return "bad --d2h-gbps '" + *v + "': expected a positive number of GB/s";
+    o.d2h_gbps = *x;
+  }
+  if (auto v = a.value("iterations")) {
+    auto x = parseCount(*v);
+    if (!x || *x == 0) return "bad --iterations '" + *v + "': expected an integer >= 1";
+    o.iterations = *x;
+  }
+  if (auto v = a.value("warmup")) {
+    auto x = parseCount(*v);
+    if (!x) return "bad --warmup '" + *v + "': expected an integer >= 0";
+    o.warmup = *x;
+  }
+  if (o.warmup >= o.iterations) return "--warmup must be smaller than --iterations";
+  return {};
+}
+
+std::string checkPolicy(const std::string& name) {
+  for (std::string_view n : policy::policyNames()) {
+    if (n == name) return {};
+  }
+  return policy::makePolicy(name, {}).error;
+}
+
+// Runs `workload` under `policy_name`; the policy is sized for the workload.
+SimResult simulate(const Workload& w, const std::string& policy_name, const SimOptions& o) {
+  policy::PolicyConfig config;
+  std::size_t uses = 0;
+  for (const auto& op : w.ops) uses += op.allocs.size() + op.reads.size() + op.writes.size();
+  config.max_buffers = static_cast<std::uint32_t>(w.buffers.size());
+  config.max_launches = static_cast<std::uint32_t>(w.ops.size()) * 2;
+  config.max_uses = static_cast<std::uint32_t>(uses) * 2;
+  config.h2d_gbps = o.h2d_gbps;
+  config.d2h_gbps = o.d2h_gbps;
+  const policy::UseSchedule future = w.schedule();
+  policy::PolicyResult p = policy::makePolicy(policy_name, config, &future);
+  policy::Simulator sim(w, o);
+  return sim.run(*p.policy);
+}
+
+std::string gib(std::uint64_t bytes) { return fmt::format("{:.3f}", static_cast<double>(bytes) / (1u << 30)); }
+std::string ms(std::int64_t ns) { return fmt::format("{:.2f}", static_cast<double>(ns) / 1e6); }
+
+struct Loaded {
+  std::string path;
+  Workload workload;
+  std::uint64_t peak;
+};
+
+std::optional<Loaded> load(std::string_view cmd, const std::string& path, int& status) {
+  policy::ImportResult r = loadWorkload(path);
+  if (!r.error.empty()) {
+    status = fileError(cmd, r.error);
+    return std::nullopt;
+  }
+  const std::uint64_t peak = r.workload.peakBytes();
+  return Loaded{path, std::move(r.workload), peak};
+}
+
+std::string baseName(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+int replayCommand(const std::vector<std::string>& args) {
+  constexpr std::string_view cmd = "replay";
+  std::vector<OptionSpec> specs = kSimOptions;
+  specs.push_back({"policy", true});
+  specs.push_back({"budget", true});
+  specs.push_back({"batch", true});
+  CliArgs a;
+  if (std::string err = a.parse(args, specs); !err.empty()) return usage(cmd, err);
+  if (a.has("help")) {
+    fmt::print(
+        "usage: delta-trace replay --policy P --budget B [--h2d-gbps X --d2h-gbps Y] FILE\n"
+        "Replays FILE through policy P on one simulated GPU with a memory budget B.\n"
+        "  --policy P        policy name (required)\n"
+        "  --budget B        memory budget (required)\n"
+        "  --batch F         scale activations and compute by F first (default 1)\n"
+        "{}",
+        kSimHelp);
+    return 0;
+  }
+  SimOptions o;
+  if (std::string err = simOptions(a, o); !err.empty()) return usage(cmd, err);
+  const auto policy_name = a.value("policy");
+  if (!policy_name) return usage(cmd, "--policy is required");
+  if (std::string err = checkPolicy(*policy_name); !err.empty()) return usage(cmd, err);
+  const auto budget_text = a.value("budget");
+  if (!budget_text) return usage(cmd, "--budget is required");
+  const std::optional<Budget> budget = parseBudget(*budget_text);
+  if (!budget) return usage(cmd, "bad --budget '" + *budget_text + "': expected bytes (e.g. 4GiB) or a percentage (e.g. 50%)");
+  double batch = 1.0;
+  if (auto v = a.value("batch")) {
+    auto x = parsePositive(*v);
+    if (!x) return usage(cmd, "bad --batch '" + *v + "': expected a positive number");
+    batch = *x;
+  }
+  if (a.positional().size() != 1) return usage(cmd, "expected exactly one trace FILE");
+  int status = 0;
+  auto loaded = load(cmd, a.positional()[0], status);
+  if (!loaded) return status;
+  const Workload w = batch == 1.0 ? loaded->workload : loaded->workload.scaled(batch);
+  o.budget_bytes = budget->bytesFor(loaded->peak);
+  const SimResult r = simulate(w, *policy_name, o);
+  fmt::print("trace            {}\n", loaded->path);
+  fmt::print("policy           {}\n", *policy_name);
+  fmt::print("ops              {} per iteration, {} buffers\n", w.ops.size(), w.buffers.size());
+  fmt::print("budget           {} bytes ({} GiB, {})\n", r.budget_bytes, gib(r.budget_bytes), budget->text);
+  fmt::print("peak             {} bytes ({} GiB; unlimited: {} GiB)\n", r.peak_bytes, gib(r.peak_bytes), gib(w.peakBytes()));
+  fmt::print("time             {} ms (unlimited memory: {} ms)\n", ms(r.total_ns), ms(r.compute_ns));
+  fmt::print("overhead         {:.2f} %\n", r.overhead_pct);
+  fmt::print("recompute        {} ms ({} drops)\n", ms(r.recompute_ns), r.drops);
+  fmt::print("stall            {} ms\n", ms(r.stall_ns));
+  fmt::print("host->device     {} bytes ({} GiB, {} prefetches)\n", r.h2d_bytes, gib(r.h2d_bytes), r.prefetches);
+  fmt::print("device->host     {} bytes ({} GiB, {} swaps)\n", r.d2h_bytes, gib(r.d2h_bytes), r.swaps);
+  fmt::print("over-budget ops  {}\n", r.over_budget_ops);
+  return 0;
+}
+
+int sweepCommand(const std::vector<std::string>& args) {
+  constexpr std::string_view cmd = "sweep";
+  std::vector<OptionSpec> specs = kSimOptions;
+  specs.push_back({"policies", true});
+  specs.push_back({"budgets", true});
+  specs.push_back({"csv", false});
+  CliArgs a;
+  if (std::string err = a.parse(args, specs); !err.empty()) return usage(cmd, err);
+  if (a.has("help")) {
+    fmt::print(
+        "usage: delta-trace sweep --policies P1,P2,... --budgets 30%,50%,70% [--csv] FILE...\n"
+        "Replays every FILE under every policy and budget; prints a table, or CSV with --csv.\n"
+        "  --policies LIST   policy names (default: delta,lru,dtr,swap-only,belady)\n"
+        "  --budgets LIST    budgets (default: 30%,50%,70%)\n"
+        "  --csv             CSV: trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,\n"
+        "                    h2d_bytes,d2h_bytes,recompute_ns,stall_ns,over_budget_ops,swaps,\n"
+        "                    drops,prefetches\n"
+        "{}",
+        kSimHelp);
+    return 0;
+  }
+  SimOptions o;
+  if (std::string err = simOptions(a, o); !err.empty()) return usage(cmd, err);
+  const std::vector<std::string> policies = splitList(a.value("policies").value_or("delta,lru,dtr,swap-only,belady"));
+  for (const std::string& p : policies) {
+    if (std::string err = checkPolicy(p); !err.empty()) return usage(cmd, err);
+  }
+  std::vector<Budget> budgets;
+  for (const std::string& b : splitList(a.value("budgets").value_or("30%,50%,70%"))) {
+    const std::optional<Budget> budget = parseBudget(b);
+    if (!budget) return usage(cmd, "bad budget '" + b + "' in --budgets: expected bytes or a percentage");
+    budgets.push_back(*budget);
+  }
+  if (a.positional().empty()) return usage(cmd, "expected at least one trace FILE");
+  std::vector<Loaded> files;
+  for (const std::string& path : a.positional()) {
+    int status = 0;
+    auto loaded = load(cmd, path, status);
+    if (!loaded) return status;
+    files.push_back(std::move(*loaded));
+  }
+  const bool csv = a.has("csv");
+  if (csv) {
+    fmt::print("trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,h2d_bytes,d2h_bytes,"
+               "recompute_ns,stall_ns,over_budget_ops,swaps,drops,prefetches\n");
+  } else {
+    fmt::print("{:<28} {:<15} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>6}\n", "trace", "policy",
+               "budget", "budget_GiB", "peak_GiB", "overhead%", "h2d_GiB", "d2h_GiB", "recompute_ms", "stall_ms",
+               "over");
+  }
+  for (const Loaded& f : files) {
+    for (const Budget& b : budgets) {
+      for (const std::string& p : policies) {
+        o.budget_bytes = b.bytesFor(f.peak);
+        const SimResult r = simulate(f.workload, p, o);
+        const std::string name = baseName(f.path);
+        if (csv) {
+          fmt::print("{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{}\n", name, p, b.text, r.budget_bytes,
+                     r.peak_bytes, r.overhead_pct, r.h2d_bytes, r.d2h_bytes, r.recompute_ns, r.stall_ns,
+                     r.over_budget_ops, r.swaps, r.drops, r.prefetches);
+        } else {
+          fmt::print("{:<28} {:<15} {:>6} {:>10} {:>10} {:>10.2f} {:>10} {:>10} {:>11} {:>10} {:>6}\n",
+                     name.substr(0, 28), p, b.text, gib(r.budget_bytes), gib(r.peak_bytes), r.overhead_pct,
+                     gib(r.h2d_bytes), gib(r.d2h_bytes), ms(r.recompute_ns), ms(r.stall_ns), r.over_budget_ops);
+        }
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
+int maxbatchCommand(const std::vector<std::string>& args) {
+  constexpr std::string_view cmd = "maxbatch";
+  std::vector<OptionSpec> specs = kSimOptions;
+  specs.push_back({"policy", true});
+  specs.push_back({"budget", true});
+  specs.push_back({"max-overhead", true});
+  CliArgs a;
+  if (std::string err = a.parse(args, specs); !err.empty()) return usage(cmd, err);
+  if (a.has("help")) {
+    fmt::print(
+        "usage: delta-trace maxbatch --policy P --budget B --max-overhead 20% FILE\n"
+        "Finds the largest batch factor F (activation sizes and compute times x F) that runs\n"
+        "within budget B (a percentage is of the peak at batch 1) with no op over budget and an\n"
+        "overhead of at most the given one, to 0.01. Assumes fitting is monotone in F.\n"
+        "  --policy P          policy name (required)\n"
+        "  --budget B          memory budget (required)\n"
+        "  --max-overhead X    largest acceptable overhead, percent (default 20%)\n"
+        "{}",
+        kSimHelp);
+    return 0;
+  }
+  SimOptions o;
+  if (std::string err = simOptions(a, o); !err.empty()) return usage(cmd, err);
+  const auto policy_name = a.value("policy");
+  if (!policy_name) return usage(cmd, "--policy is required");
+  if (std::string err = checkPolicy(*policy_name); !err.empty()) return usage(cmd, err);
+  const auto budget_text = a.value("budget");
+  if (!budget_text) return usage(cmd, "--budget is required");
+  const std::optional<Budget> budget = parseBudget(*budget_text);
+  if (!budget) return usage(cmd, "bad --budget '" + *budget_text + "': expected bytes (e.g. 4GiB) or a percentage (e.g. 50%)");
+  const std::string overhead_text = a.value("max-overhead").value_or("20%");
+  const std::optional<double> max_overhead = parsePercent(overhead_text);
+  if (!max_overhead) return usage(cmd, "bad --max-overhead '" + overhead_text + "': expected a percentage (e.g. 20%)");
+  if (a.positional().size() != 1) return usage(cmd, "expected exactly one trace FILE");
+  int status = 0;
+  auto loaded = load(cmd, a.positional()[0], status);
+  if (!loaded) return status;
+  o.budget_bytes = budget->bytesFor(loaded->peak);
+
+  auto fits = [&](double f, SimResult& out) {
+    out = simulate(loaded->workload.scaled(f), *policy_name, o);
+    return out.over_budget_ops == 0 && out.overhead_pct <= *max_overhead;
+  };
+  SimResult best{};
+  fmt::print("trace            {}\npolicy           {}\nbudget           {} bytes ({})\n", loaded->path,
+             *policy_name, o.budget_bytes, budget->text);
+  if (!fits(1.0, best)) {
+    fmt::print("max batch factor none: batch 1 does not fit (overhead {:.2f} %, {} ops over budget)\n",
+               best.overhead_pct, best.over_budget_ops);
+    return 0;
+  }
+  // Double until it fails, then bisect to 0.01.
+  double lo = 1.0, hi = 2.0;
+  SimResult r;
+  constexpr double kMaxFactor = 1024.0;
+  while (hi <= kMaxFactor && fits(hi, r)) {
+    lo = hi;
+    best = r;
+    hi *= 2;
+  }
+  while (hi - lo > 0.01) {
+    const double mid = (lo + hi) / 2;
+    if (fits(mid, r)) {
+      lo = mid;
+      best = r;
+    } else {
+      hi = mid;
+    }
+  }
+  fmt::print("max batch factor {:.2f} (overhead {:.2f} %, peak {} bytes)\n", lo, best.overhead_pct, best.peak_bytes);
+  return 0;
+}
+
+}  // namespace delta::tools
