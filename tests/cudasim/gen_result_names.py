@@ -18,7 +18,39 @@ def enumerators(path, pattern):
     return sorted(seen.items())
 
 
+# The short texts the real libraries return for the common codes; the rest are made from
+# the names.
+KNOWN_TEXTS = {
+    "CUDA_SUCCESS": "no error",
+    "CUDA_ERROR_INVALID_VALUE": "invalid argument",
+    "CUDA_ERROR_OUT_OF_MEMORY": "out of memory",
+    "CUDA_ERROR_NOT_INITIALIZED": "initialization error",
+    "CUDA_ERROR_NO_DEVICE": "no CUDA-capable device is detected",
+    "CUDA_ERROR_INVALID_DEVICE": "invalid device ordinal",
+    "CUDA_ERROR_INVALID_CONTEXT": "invalid device context",
+    "CUDA_ERROR_INVALID_HANDLE": "invalid resource handle",
+    "CUDA_ERROR_NOT_FOUND": "named symbol not found",
+    "CUDA_ERROR_NOT_READY": "device not ready",
+    "CUDA_ERROR_ILLEGAL_ADDRESS": "an illegal memory access was encountered",
+    "CUDA_ERROR_NOT_SUPPORTED": "operation not supported",
+    "cudaSuccess": "no error",
+    "cudaErrorInvalidValue": "invalid argument",
+    "cudaErrorMemoryAllocation": "out of memory",
+    "cudaErrorInitializationError": "initialization error",
+    "cudaErrorNoDevice": "no CUDA-capable device is detected",
+    "cudaErrorInvalidDevice": "invalid device ordinal",
+    "cudaErrorInsufficientDriver": "CUDA driver version is insufficient for CUDA runtime version",
+    "cudaErrorInvalidResourceHandle": "invalid resource handle",
+    "cudaErrorNotReady": "device not ready",
+    "cudaErrorIllegalAddress": "an illegal memory access was encountered",
+    "cudaErrorInvalidDeviceFunction": "invalid device function",
+    "cudaErrorNotSupported": "operation not supported",
+}
+
+
 def describe(name, prefix):
+    if name in KNOWN_TEXTS:
+        return KNOWN_TEXTS[name]
     words = name[len(prefix):]
     if prefix.startswith("cuda"):
         words = re.sub(r"(?<!^)(?=[A-Z])", " ", words)

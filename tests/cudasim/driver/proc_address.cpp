@@ -3,46 +3,58 @@
 // name ("cuMemAlloc", not "cuMemAlloc_v2"), and hands out the per-thread-default-stream
 // variant when asked for it.
 //
-// Versions: cudasim implements one version of each function (the newest, whose signature
-// every requested version since the function's introduction shares for the calls here),
-// so any cudaVersion gets it.
+// Versions: an entry serves every cudaVersion from the one it names up to the driver's own;
+// where a function's signature changed (cuGetProcAddress), two entries of the same name
+// hand out the version that matches. Otherwise cudasim implements the newest version of each
+// function, whose signature the older versions it stands in for share.
 #include <cstring>
 #include <string_view>
 
 #include "driver.h"
 #include "per_thread_entries.h"
 
+// cuda.h maps cuGetProcAddress to its _v2; the table lists the first version as well.
+#undef cuGetProcAddress
+extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                             cuuint64_t flags);
+
 namespace cudasim {
 namespace {
 
+constexpr int kDriverVersion = 13000;
+
 struct Entry {
   std::string_view name;
+  int since;        // the first cudaVersion that has it (this signature)
   void* function;
   void* perThread;  // the _ptds/_ptsz variant, if the function has one
 };
 
-#define ENTRY(base, function) {#base, reinterpret_cast<void*>(&function), nullptr}
+#define ENTRY_SINCE(base, since, function) {#base, since, reinterpret_cast<void*>(&function), nullptr}
+// (Stringified here, not passed on: cuda.h maps some base names to _v2 macros.)
+#define ENTRY(base, function) {#base, 2000, reinterpret_cast<void*>(&function), nullptr}
 #define ENTRY_PT(base, function, perThread) \
-  {#base, reinterpret_cast<void*>(&function), reinterpret_cast<void*>(&perThread)}
+  {#base, 2000, reinterpret_cast<void*>(&function), reinterpret_cast<void*>(&perThread)}
 
 const Entry kEntries[] = {
     ENTRY(cuInit, cuInit),
     ENTRY(cuDriverGetVersion, cuDriverGetVersion),
-    ENTRY(cuGetProcAddress, cuGetProcAddress_v2),
+    ENTRY_SINCE(cuGetProcAddress, 12000, cuGetProcAddress_v2),
+    ENTRY_SINCE(cuGetProcAddress, 11030, cuGetProcAddress),
     ENTRY(cuGetExportTable, cuGetExportTable),
     ENTRY(cuGetErrorString, cuGetErrorString),
     ENTRY(cuGetErrorName, cuGetErrorName),
     ENTRY(cuDeviceGet, cuDeviceGet),
     ENTRY(cuDeviceGetCount, cuDeviceGetCount),
     ENTRY(cuDeviceGetName, cuDeviceGetName),
-    ENTRY(cuDeviceGetUuid, cuDeviceGetUuid_v2),
+    ENTRY_SINCE(cuDeviceGetUuid, 9020, cuDeviceGetUuid_v2),
     ENTRY(cuDeviceTotalMem, cuDeviceTotalMem_v2),
     ENTRY(cuDeviceGetAttribute, cuDeviceGetAttribute),
-    ENTRY(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain),
-    ENTRY(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2),
-    ENTRY(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState),
-    ENTRY(cuCtxGetCurrent, cuCtxGetCurrent),
-    ENTRY(cuCtxSetCurrent, cuCtxSetCurrent),
+    ENTRY_SINCE(cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain),
+    ENTRY_SINCE(cuDevicePrimaryCtxRelease, 7000, cuDevicePrimaryCtxRelease_v2),
+    ENTRY_SINCE(cuDevicePrimaryCtxGetState, 7000, cuDevicePrimaryCtxGetState),
+    ENTRY_SINCE(cuCtxGetCurrent, 4000, cuCtxGetCurrent),
+    ENTRY_SINCE(cuCtxSetCurrent, 4000, cuCtxSetCurrent),
     ENTRY(cuCtxPushCurrent, cuCtxPushCurrent_v2),
     ENTRY(cuCtxPopCurrent, cuCtxPopCurrent_v2),
     ENTRY(cuCtxGetDevice, cuCtxGetDevice),
@@ -51,24 +63,24 @@ const Entry kEntries[] = {
     ENTRY(cuMemAlloc, cuMemAlloc_v2),
     ENTRY(cuMemFree, cuMemFree_v2),
     ENTRY(cuMemGetAddressRange, cuMemGetAddressRange_v2),
-    ENTRY(cuPointerGetAttribute, cuPointerGetAttribute),
-    ENTRY(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity),
-    ENTRY(cuMemAddressReserve, cuMemAddressReserve),
-    ENTRY(cuMemAddressFree, cuMemAddressFree),
-    ENTRY(cuMemCreate, cuMemCreate),
-    ENTRY(cuMemRelease, cuMemRelease),
-    ENTRY(cuMemMap, cuMemMap),
-    ENTRY(cuMemUnmap, cuMemUnmap),
-    ENTRY(cuMemSetAccess, cuMemSetAccess),
-    ENTRY(cuMemExportToShareableHandle, cuMemExportToShareableHandle),
-    ENTRY(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle),
-    ENTRY(cuMemGetAllocationPropertiesFromHandle, cuMemGetAllocationPropertiesFromHandle),
-    ENTRY(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle),
+    ENTRY_SINCE(cuPointerGetAttribute, 4000, cuPointerGetAttribute),
+    ENTRY_SINCE(cuMemGetAllocationGranularity, 10020, cuMemGetAllocationGranularity),
+    ENTRY_SINCE(cuMemAddressReserve, 10020, cuMemAddressReserve),
+    ENTRY_SINCE(cuMemAddressFree, 10020, cuMemAddressFree),
+    ENTRY_SINCE(cuMemCreate, 10020, cuMemCreate),
+    ENTRY_SINCE(cuMemRelease, 10020, cuMemRelease),
+    ENTRY_SINCE(cuMemMap, 10020, cuMemMap),
+    ENTRY_SINCE(cuMemUnmap, 10020, cuMemUnmap),
+    ENTRY_SINCE(cuMemSetAccess, 10020, cuMemSetAccess),
+    ENTRY_SINCE(cuMemExportToShareableHandle, 10020, cuMemExportToShareableHandle),
+    ENTRY_SINCE(cuMemImportFromShareableHandle, 10020, cuMemImportFromShareableHandle),
+    ENTRY_SINCE(cuMemGetAllocationPropertiesFromHandle, 10020, cuMemGetAllocationPropertiesFromHandle),
+    ENTRY_SINCE(cuMemRetainAllocationHandle, 11000, cuMemRetainAllocationHandle),
     ENTRY(cuMemHostAlloc, cuMemHostAlloc),
     ENTRY(cuMemAllocHost, cuMemAllocHost_v2),
     ENTRY(cuMemFreeHost, cuMemFreeHost),
-    ENTRY(cuMemHostRegister, cuMemHostRegister_v2),
-    ENTRY(cuMemHostUnregister, cuMemHostUnregister),
+    ENTRY_SINCE(cuMemHostRegister, 4000, cuMemHostRegister_v2),
+    ENTRY_SINCE(cuMemHostUnregister, 4000, cuMemHostUnregister),
     ENTRY(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer_v2),
     ENTRY_PT(cuMemcpy, cuMemcpy, cuMemcpy_ptds),
     ENTRY_PT(cuMemcpyAsync, cuMemcpyAsync, cuMemcpyAsync_ptsz),
@@ -85,28 +97,28 @@ const Entry kEntries[] = {
     ENTRY_PT(cuMemsetD16Async, cuMemsetD16Async, cuMemsetD16Async_ptsz),
     ENTRY_PT(cuMemsetD32Async, cuMemsetD32Async, cuMemsetD32Async_ptsz),
     ENTRY(cuStreamCreate, cuStreamCreate),
-    ENTRY(cuStreamCreateWithPriority, cuStreamCreateWithPriority),
+    ENTRY_SINCE(cuStreamCreateWithPriority, 5050, cuStreamCreateWithPriority),
     ENTRY(cuStreamDestroy, cuStreamDestroy_v2),
     ENTRY_PT(cuStreamSynchronize, cuStreamSynchronize, cuStreamSynchronize_ptsz),
     ENTRY_PT(cuStreamQuery, cuStreamQuery, cuStreamQuery_ptsz),
     ENTRY_PT(cuStreamWaitEvent, cuStreamWaitEvent, cuStreamWaitEvent_ptsz),
-    ENTRY_PT(cuStreamGetFlags, cuStreamGetFlags, cuStreamGetFlags_ptsz),
+    {"cuStreamGetFlags", 5050, reinterpret_cast<void*>(&cuStreamGetFlags), reinterpret_cast<void*>(&cuStreamGetFlags_ptsz)},
     ENTRY(cuEventCreate, cuEventCreate),
     ENTRY(cuEventDestroy, cuEventDestroy_v2),
     ENTRY_PT(cuEventRecord, cuEventRecord, cuEventRecord_ptsz),
-    ENTRY_PT(cuEventRecordWithFlags, cuEventRecordWithFlags, cuEventRecordWithFlags_ptsz),
+    {"cuEventRecordWithFlags", 11010, reinterpret_cast<void*>(&cuEventRecordWithFlags), reinterpret_cast<void*>(&cuEventRecordWithFlags_ptsz)},
     ENTRY(cuEventQuery, cuEventQuery),
     ENTRY(cuEventSynchronize, cuEventSynchronize),
     ENTRY(cuEventElapsedTime, cuEventElapsedTime_v2),
     ENTRY_PT(cuLaunchKernel, cuLaunchKernel, cuLaunchKernel_ptsz),
-    ENTRY_PT(cuLaunchKernelEx, cuLaunchKernelEx, cuLaunchKernelEx_ptsz),
-    ENTRY_PT(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz),
-    ENTRY_PT(cuLaunchHostFunc, cuLaunchHostFunc, cuLaunchHostFunc_ptsz),
-    ENTRY(cuFuncGetParamInfo, cuFuncGetParamInfo),
-    ENTRY(cuFuncGetName, cuFuncGetName),
-    ENTRY(cuIpcGetMemHandle, cuIpcGetMemHandle),
-    ENTRY(cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2),
-    ENTRY(cuIpcCloseMemHandle, cuIpcCloseMemHandle),
+    {"cuLaunchKernelEx", 11060, reinterpret_cast<void*>(&cuLaunchKernelEx), reinterpret_cast<void*>(&cuLaunchKernelEx_ptsz)},
+    {"cuLaunchCooperativeKernel", 9000, reinterpret_cast<void*>(&cuLaunchCooperativeKernel), reinterpret_cast<void*>(&cuLaunchCooperativeKernel_ptsz)},
+    {"cuLaunchHostFunc", 10000, reinterpret_cast<void*>(&cuLaunchHostFunc), reinterpret_cast<void*>(&cuLaunchHostFunc_ptsz)},
+    ENTRY_SINCE(cuFuncGetParamInfo, 12040, cuFuncGetParamInfo),
+    ENTRY_SINCE(cuFuncGetName, 12030, cuFuncGetName),
+    ENTRY_SINCE(cuIpcGetMemHandle, 4010, cuIpcGetMemHandle),
+    ENTRY_SINCE(cuIpcOpenMemHandle, 4010, cuIpcOpenMemHandle_v2),
+    ENTRY_SINCE(cuIpcCloseMemHandle, 4010, cuIpcCloseMemHandle),
 };
 
 CUresult lookup(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
@@ -115,18 +127,27 @@ CUresult lookup(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flag
     if (status) *status = value;
     return result;
   };
-  if (symbol == nullptr || pfn == nullptr || cudaVersion <= 0 ||
+  if (symbol == nullptr || pfn == nullptr || cudaVersion <= 0 || cudaVersion > kDriverVersion ||
       (flags & ~cuuint64_t(CU_GET_PROC_ADDRESS_LEGACY_STREAM |
                            CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)))
     return answer(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, CUDA_ERROR_INVALID_VALUE);
+  // As documented: a symbol that is unknown, or too new for cudaVersion, is CUDA_SUCCESS
+  // with a NULL pointer, and the status says which.
+  *pfn = nullptr;
+  const Entry* best = nullptr;
+  bool known = false;
   for (const Entry& entry : kEntries) {
     if (entry.name != symbol) continue;
-    const bool perThread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
-    *pfn = perThread && entry.perThread ? entry.perThread : entry.function;
-    return answer(CU_GET_PROC_ADDRESS_SUCCESS, CUDA_SUCCESS);
+    known = true;
+    if (entry.since <= cudaVersion && (best == nullptr || entry.since > best->since)) best = &entry;
   }
-  *pfn = nullptr;
-  return answer(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, CUDA_ERROR_NOT_FOUND);
+  if (best == nullptr)
+    return answer(known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                        : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
+                  CUDA_SUCCESS);
+  const bool perThread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  *pfn = perThread && best->perThread ? best->perThread : best->function;
+  return answer(CU_GET_PROC_ADDRESS_SUCCESS, CUDA_SUCCESS);
 }
 
 }  // namespace

@@ -61,6 +61,7 @@ struct PendingKernel {
 };
 
 DriverApi gApi;
+DriverApi gApiPerThread;  // the _ptsz/_ptds variants, for the runtime's own _ptsz/_ptds calls
 const ExportTable* gTable = nullptr;
 CallbackState* gCallbacks = nullptr;  // set once initialised
 CUcontext gPrimary = nullptr;
@@ -74,6 +75,13 @@ thread_local cudaError_t tLastError = cudaSuccess;
 thread_local bool tContextCurrent = false;
 thread_local int tDevice = 0;
 thread_local uint32_t tCorrelationId = 0;
+// Set by the _ptsz/_ptds entry points around the shared implementation: which driver
+// variants to call, and which callback id to raise.
+thread_local bool tPerThread = false;
+thread_local CUpti_CallbackId tPerThreadCbid = 0;
+thread_local const char* tPerThreadName = nullptr;
+
+const DriverApi& api() { return tPerThread ? gApiPerThread : gApi; }
 
 cudaError_t toRuntime(CUresult result) {
   // The runtime's codes equal the driver's for every error these calls can return
@@ -96,10 +104,19 @@ void initialise() {
   bool complete = true;
 #define FETCH(name)                                                                          \
   if (getProc(baseName(#name).c_str(), reinterpret_cast<void**>(&gApi.name), kRuntimeVersion, \
-              CU_GET_PROC_ADDRESS_DEFAULT, nullptr) != CUDA_SUCCESS)                           \
+              CU_GET_PROC_ADDRESS_DEFAULT, nullptr) != CUDA_SUCCESS ||                         \
+      gApi.name == nullptr)                                                                    \
     complete = false;
   DRIVER_FUNCTIONS(FETCH)
 #undef FETCH
+#define FETCH_PER_THREAD(name)                                                                 \
+  if (getProc(baseName(#name).c_str(), reinterpret_cast<void**>(&gApiPerThread.name),          \
+              kRuntimeVersion, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, nullptr) !=        \
+          CUDA_SUCCESS ||                                                                      \
+      gApiPerThread.name == nullptr)                                                           \
+    complete = false;
+  DRIVER_FUNCTIONS(FETCH_PER_THREAD)
+#undef FETCH_PER_THREAD
   if (!complete) {
     gInitError = cudaErrorInsufficientDriver;
     return;
@@ -160,8 +177,8 @@ cudaError_t drive(CUpti_CallbackId driverCbid, Function function, Args... args) 
   gTable->setRuntimeOrigin(RuntimeOrigin{});
   return toRuntime(result);
 }
-#define DRIVE(name, ...) drive(CUPTI_DRIVER_TRACE_CBID_##name, gApi.name, __VA_ARGS__)
-#define DRIVE0(name) drive(CUPTI_DRIVER_TRACE_CBID_##name, gApi.name)
+#define DRIVE(name, ...) drive(CUPTI_DRIVER_TRACE_CBID_##name, api().name, __VA_ARGS__)
+#define DRIVE0(name) drive(CUPTI_DRIVER_TRACE_CBID_##name, api().name)
 
 template <class Body>
 cudaError_t runtimeCall(CUpti_CallbackId cbid, const char* name, const void* params,
@@ -171,6 +188,10 @@ cudaError_t runtimeCall(CUpti_CallbackId cbid, const char* name, const void* par
   }
   CallbackState* callbacks = gCallbacks;
   if (callbacks == nullptr) return remember(body());
+  if (tPerThread && tPerThreadCbid != 0) {
+    cbid = tPerThreadCbid;
+    name = tPerThreadName;
+  }
   const uint32_t outer = tCorrelationId;
   const bool subscribed = callbacks->subscriber.load(std::memory_order_acquire) != nullptr;
   tCorrelationId = subscribed ? callbacks->nextCorrelationId.fetch_add(1) : 0;
@@ -619,8 +640,7 @@ cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char* symbol, void*
     cudaError_t error = DRIVE(cuGetProcAddress_v2, symbol, funcPtr, static_cast<int>(cudaVersion),
                               flags, &status);
     if (driverStatus) *driverStatus = static_cast<cudaDriverEntryPointQueryResult>(status);
-    // A missing symbol is reported through the status, not as an error of this call.
-    return error == cudaErrorSymbolNotFound ? cudaSuccess : error;
+    return error;
   }, symbol, funcPtr, cudaVersion, flags, driverStatus);
 }
 
@@ -631,8 +651,72 @@ cudaError_t CUDARTAPI cudaGetDriverEntryPoint(const char* symbol, void** funcPtr
     CUdriverProcAddressQueryResult status;
     cudaError_t error = DRIVE(cuGetProcAddress_v2, symbol, funcPtr, kRuntimeVersion, flags, &status);
     if (driverStatus) *driverStatus = static_cast<cudaDriverEntryPointQueryResult>(status);
-    return error == cudaErrorSymbolNotFound ? cudaSuccess : error;
+    return error;
   }, symbol, funcPtr, flags, driverStatus);
+}
+
+// ---- per-thread default stream variants (programs built with --default-stream per-thread)
+
+}  // extern "C"
+
+namespace cudasim {
+namespace {
+
+template <class Call>
+cudaError_t perThread(CUpti_CallbackId cbid, const char* name, Call&& call) {
+  tPerThread = true;
+  tPerThreadCbid = cbid;
+  tPerThreadName = name;
+  cudaError_t result = call();
+  tPerThread = false;
+  tPerThreadCbid = 0;
+  tPerThreadName = nullptr;
+  return result;
+}
+
+}  // namespace
+}  // namespace cudasim
+
+#define PER_THREAD(name, call) \
+  return perThread(CUPTI_RUNTIME_TRACE_CBID_##name, #name, [&] { return call; })
+
+extern "C" {
+
+cudaError_t CUDARTAPI cudaMemcpy_ptds(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  PER_THREAD(cudaMemcpy_ptds_v7000, cudaMemcpy(dst, src, count, kind));
+}
+cudaError_t CUDARTAPI cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count,
+                                           cudaMemcpyKind kind, cudaStream_t stream) {
+  PER_THREAD(cudaMemcpyAsync_ptsz_v7000, cudaMemcpyAsync(dst, src, count, kind, stream));
+}
+cudaError_t CUDARTAPI cudaMemset_ptds(void* devPtr, int value, size_t count) {
+  PER_THREAD(cudaMemset_ptds_v7000, cudaMemset(devPtr, value, count));
+}
+cudaError_t CUDARTAPI cudaMemsetAsync_ptsz(void* devPtr, int value, size_t count, cudaStream_t stream) {
+  PER_THREAD(cudaMemsetAsync_ptsz_v7000, cudaMemsetAsync(devPtr, value, count, stream));
+}
+cudaError_t CUDARTAPI cudaStreamSynchronize_ptsz(cudaStream_t stream) {
+  PER_THREAD(cudaStreamSynchronize_ptsz_v7000, cudaStreamSynchronize(stream));
+}
+cudaError_t CUDARTAPI cudaStreamQuery_ptsz(cudaStream_t stream) {
+  PER_THREAD(cudaStreamQuery_ptsz_v7000, cudaStreamQuery(stream));
+}
+cudaError_t CUDARTAPI cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  PER_THREAD(cudaStreamWaitEvent_ptsz_v7000, cudaStreamWaitEvent(stream, event, flags));
+}
+cudaError_t CUDARTAPI cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream) {
+  PER_THREAD(cudaEventRecord_ptsz_v7000, cudaEventRecord(event, stream));
+}
+cudaError_t CUDARTAPI cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
+  PER_THREAD(cudaLaunchHostFunc_ptsz_v10000, cudaLaunchHostFunc(stream, fn, userData));
+}
+cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim,
+                                            void** args, size_t sharedMem, cudaStream_t stream) {
+  PER_THREAD(cudaLaunchKernel_ptsz_v7000, cudaLaunchKernel(func, gridDim, blockDim, args, sharedMem, stream));
+}
+cudaError_t CUDARTAPI cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func,
+                                               void** args) {
+  PER_THREAD(cudaLaunchKernelExC_ptsz_v11060, cudaLaunchKernelExC(config, func, args));
 }
 
 }  // extern "C"

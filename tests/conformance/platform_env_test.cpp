@@ -1,0 +1,192 @@
+/* cudasim's environment switches, each checked in a fresh child process:
+ * CUDASIM_DEVICE_MEMORY (capacity, K/M/G suffixes, default 4G), CUDASIM_DEVICE_COUNT=0,
+ * CUDASIM_CUPTI_DRIVER_CALLBACKS=0, CUDASIM_CUPTI_HELD_BY. */
+#include <cupti.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "conformance_util.h"
+
+namespace conformance {
+namespace {
+
+int ChildContext() {
+  if (CUresult r = cuInit(0); r != CUDA_SUCCESS) return ChildFail("cuInit", r, 0);
+  CUdevice dev;
+  CUcontext ctx;
+  cuDeviceGet(&dev, 0);
+  if (CUresult r = cuDevicePrimaryCtxRetain(&ctx, dev); r != CUDA_SUCCESS)
+    return ChildFail("retain", r, 0);
+  if (CUresult r = cuCtxSetCurrent(ctx); r != CUDA_SUCCESS) return ChildFail("set current", r, 0);
+  return 0;
+}
+
+// args: expected capacity in bytes
+CONFORMANCE_CHILD(capacity) {
+  if (int rc = ChildContext(); rc != 0) return rc;
+  const unsigned long long expected = std::stoull(args.at(0));
+  size_t free_b = 0, total = 0;
+  if (CUresult r = cuMemGetInfo(&free_b, &total); r != CUDA_SUCCESS) return ChildFail("cuMemGetInfo", r, 0);
+  if (total != expected) return ChildFail("cuMemGetInfo total", total, expected);
+  size_t dev_total = 0;
+  cuDeviceTotalMem(&dev_total, 0);
+  if (dev_total != expected) return ChildFail("cuDeviceTotalMem", dev_total, expected);
+  size_t rt_free = 0, rt_total = 0;
+  if (cudaError_t e = cudaMemGetInfo(&rt_free, &rt_total); e != cudaSuccess)
+    return ChildFail("cudaMemGetInfo", e, 0);
+  if (rt_total != expected) return ChildFail("cudaMemGetInfo total", rt_total, expected);
+  // Fill three quarters; a half more does not fit, in either API.
+  CUdeviceptr big = 0;
+  if (CUresult r = cuMemAlloc(&big, expected / 4 * 3); r != CUDA_SUCCESS)
+    return ChildFail("cuMemAlloc 3/4 of capacity", r, 0);
+  CUdeviceptr more = 0;
+  if (CUresult r = cuMemAlloc(&more, expected / 2); r != CUDA_ERROR_OUT_OF_MEMORY)
+    return ChildFail("cuMemAlloc past capacity", r, CUDA_ERROR_OUT_OF_MEMORY);
+  void* rt = nullptr;
+  if (cudaError_t e = cudaMalloc(&rt, expected / 2); e != cudaErrorMemoryAllocation)
+    return ChildFail("cudaMalloc past capacity", e, cudaErrorMemoryAllocation);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  size_t gran = 0;
+  cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  CUmemGenericAllocationHandle h;
+  size_t vsize = (expected / 2 + gran - 1) / gran * gran;
+  if (CUresult r = cuMemCreate(&h, vsize, &prop, 0); r != CUDA_ERROR_OUT_OF_MEMORY)
+    return ChildFail("cuMemCreate past capacity", r, CUDA_ERROR_OUT_OF_MEMORY);
+  if (CUresult r = cuMemFree(big); r != CUDA_SUCCESS) return ChildFail("cuMemFree", r, 0);
+  if (CUresult r = cuMemAlloc(&more, expected / 2); r != CUDA_SUCCESS)
+    return ChildFail("cuMemAlloc after free", r, 0);
+  return 0;
+}
+
+void ExpectCapacity(const char* setting, unsigned long long bytes) {
+  ChildOptions opt;
+  opt.args = {std::to_string(bytes)};
+  if (setting != nullptr) {
+    opt.set_env = {{"CUDASIM_DEVICE_MEMORY", setting}};
+  } else {
+    opt.unset_env = {"CUDASIM_DEVICE_MEMORY"};
+  }
+  ChildResult r = RunChild("capacity", opt);
+  EXPECT_TRUE(r.exited && r.exit_code == 0)
+      << "CUDASIM_DEVICE_MEMORY=" << (setting ? setting : "(unset)") << "\n" << r.output;
+}
+
+TEST(PlatformEnv, CapacityDefaultsToFourGiB) { ExpectCapacity(nullptr, 4ull << 30); }
+TEST(PlatformEnv, CapacityInMegabytes) { ExpectCapacity("256M", 256ull << 20); }
+TEST(PlatformEnv, CapacityInGigabytes) { ExpectCapacity("1G", 1ull << 30); }
+TEST(PlatformEnv, CapacityInKilobytes) { ExpectCapacity("131072K", 128ull << 20); }
+TEST(PlatformEnv, CapacityInPlainBytes) { ExpectCapacity("134217728", 128ull << 20); }
+
+CONFORMANCE_CHILD(no_device) {
+  if (CUresult r = cuInit(0); r != CUDA_ERROR_NO_DEVICE)
+    return ChildFail("cuInit", r, CUDA_ERROR_NO_DEVICE);
+  int count = -1;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaErrorNoDevice)
+    return ChildFail("cudaGetDeviceCount", e, cudaErrorNoDevice);
+  void* p = nullptr;
+  if (cudaError_t e = cudaMalloc(&p, 16); e == cudaSuccess)
+    return ChildFail("cudaMalloc without a device", e, cudaErrorNoDevice);
+  return 0;
+}
+
+TEST(PlatformEnv, DeviceCountZeroMeansNoDevice) {
+  ChildOptions opt;
+  opt.set_env = {{"CUDASIM_DEVICE_COUNT", "0"}};
+  ChildResult r = RunChild("no_device", opt);
+  EXPECT_TRUE(r.exited && r.exit_code == 0) << r.output;
+}
+
+// ---- CUPTI switches ----
+
+struct Seen {
+  int runtime_malloc = 0;
+  int driver_alloc = 0;
+};
+
+void CUPTIAPI Count(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  auto* seen = static_cast<Seen*>(userdata);
+  auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  if (cb->callbackSite != CUPTI_API_ENTER) return;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid == CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020)
+    ++seen->runtime_malloc;
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid == CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2)
+    ++seen->driver_alloc;
+}
+
+// args: expected driver callbacks for one cudaMalloc (0 or 1)
+CONFORMANCE_CHILD(runtime_internal_driver_callbacks) {
+  if (cudaError_t e = cudaSetDevice(0); e != cudaSuccess) return ChildFail("cudaSetDevice", e, 0);
+  Seen seen;
+  CUpti_SubscriberHandle sub;
+  if (CUptiResult r = cuptiSubscribe(&sub, Count, &seen); r != CUPTI_SUCCESS)
+    return ChildFail("cuptiSubscribe", r, 0);
+  cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API);
+  cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_DRIVER_API);
+  void* p = nullptr;
+  if (cudaError_t e = cudaMalloc(&p, 4096); e != cudaSuccess) return ChildFail("cudaMalloc", e, 0);
+  if (seen.runtime_malloc != 1) return ChildFail("runtime cudaMalloc callbacks", seen.runtime_malloc, 1);
+  int expected = std::stoi(args.at(0));
+  if (seen.driver_alloc != expected)
+    return ChildFail("driver cuMemAlloc_v2 callbacks inside cudaMalloc", seen.driver_alloc, expected);
+  // A direct driver call always raises its callback.
+  CUdeviceptr d = 0;
+  if (CUresult r = cuMemAlloc(&d, 4096); r != CUDA_SUCCESS) return ChildFail("cuMemAlloc", r, 0);
+  if (seen.driver_alloc != expected + 1)
+    return ChildFail("driver callbacks after direct cuMemAlloc", seen.driver_alloc, expected + 1);
+  cuptiUnsubscribe(sub);
+  return 0;
+}
+
+TEST(PlatformEnv, RuntimeCallsRaiseDriverCallbacksByDefault) {
+  ChildOptions opt;
+  opt.args = {"1"};
+  opt.unset_env = {"CUDASIM_CUPTI_DRIVER_CALLBACKS"};
+  ChildResult r = RunChild("runtime_internal_driver_callbacks", opt);
+  EXPECT_TRUE(r.exited && r.exit_code == 0) << r.output;
+}
+
+TEST(PlatformEnv, DriverCallbacksSwitchOffSilencesRuntimeInternalDriverCalls) {
+  ChildOptions opt;
+  opt.args = {"0"};
+  opt.set_env = {{"CUDASIM_CUPTI_DRIVER_CALLBACKS", "0"}};
+  ChildResult r = RunChild("runtime_internal_driver_callbacks", opt);
+  EXPECT_TRUE(r.exited && r.exit_code == 0) << r.output;
+}
+
+// args: tool name expected in the v2 report
+CONFORMANCE_CHILD(cupti_held) {
+  if (CUresult r = cuInit(0); r != CUDA_SUCCESS) return ChildFail("cuInit", r, 0);
+  CUpti_SubscriberHandle sub = nullptr;
+  if (CUptiResult r = cuptiSubscribe(&sub, Count, nullptr);
+      r != CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+    return ChildFail("cuptiSubscribe while held", r, CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
+  char old_name[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 64] = {};
+  CUpti_SubscriberParams params{};
+  params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+  params.subscriberName = "conformance";
+  params.oldSubscriberName = old_name;
+  params.oldSubscriberSize = sizeof old_name;
+  if (CUptiResult r = cuptiSubscribe_v2(&sub, Count, nullptr, &params);
+      r != CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+    return ChildFail("cuptiSubscribe_v2 while held", r, CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
+  if (std::strstr(old_name, args.at(0).c_str()) == nullptr) {
+    std::fprintf(stderr, "child: old subscriber name '%s' does not name '%s'\n", old_name,
+                 args.at(0).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+TEST(PlatformEnv, CuptiHeldByAnotherToolRefusesSubscribersAndNamesIt) {
+  ChildOptions opt;
+  opt.args = {"Nsight Systems"};
+  opt.set_env = {{"CUDASIM_CUPTI_HELD_BY", "Nsight Systems"}};
+  ChildResult r = RunChild("cupti_held", opt);
+  EXPECT_TRUE(r.exited && r.exit_code == 0) << r.output;
+}
+
+}  // namespace
+}  // namespace conformance
