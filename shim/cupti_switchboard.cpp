@@ -1,0 +1,445 @@
+#include "shim/cupti_switchboard.h"
+
+#include <dlfcn.h>
+
+#include <cupti.h>  // also the generated *_params structs
+
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "shim/log.h"
+#include "shim/reentry_guard.h"
+
+namespace delta::shim {
+namespace {
+
+// What a callback id means to the shim.
+enum class Work : uint8_t {
+  kIgnore,
+  kDriverLaunch,      // cuLaunchKernel_params layout
+  kDriverLaunchEx,    // cuLaunchKernelEx_params
+  kDriverCooperative, // cuLaunchCooperativeKernel_params
+  kRuntimeLaunch,     // cudaLaunchKernel_v7000_params (and cooperative, same layout)
+  kRuntimeLaunchEx,   // cudaLaunchKernelExC_v11060_params
+  kRuntimeKernelLaunch, // __cudaLaunchKernel: a cudaKernel_t, otherwise as cudaLaunchKernel
+  kUnified,           // cuMemcpy(dst, src, bytes)
+  kUnifiedAsync,      // cuMemcpyAsync(dst, src, bytes, stream)
+  kHtoD, kHtoDAsync, kDtoH, kDtoHAsync, kDtoD, kDtoDAsync,
+  kMemset8, kMemset16, kMemset32, kMemset8Async, kMemset16Async, kMemset32Async,
+  kMemset2D8, kMemset2D16, kMemset2D32,   // synchronous and async share the leading fields
+  kRuntimeMemcpy,     // cudaMemcpy(dst, src, count, kind)
+  kRuntimeMemcpyAsync,
+  kRuntimeMemset,     // cudaMemset(ptr, value, count)
+  kRuntimeMemsetAsync,
+  kOpaque,            // graphs, 2D/3D/peer/batch/array/symbol copies: not analysed
+};
+
+struct Route {
+  Work work = Work::kIgnore;
+  bool perThread = false;  // a _ptsz/_ptds variant: stream 0 is the thread's default stream
+};
+
+Route gDriverRoutes[CUPTI_DRIVER_TRACE_CBID_SIZE];
+Route gRuntimeRoutes[CUPTI_RUNTIME_TRACE_CBID_SIZE];
+
+void buildRoutes() {
+  auto d = [](CUpti_CallbackId id, Work work, bool perThread = false) {
+    gDriverRoutes[id] = Route{work, perThread};
+  };
+  auto r = [](CUpti_CallbackId id, Work work, bool perThread = false) {
+    gRuntimeRoutes[id] = Route{work, perThread};
+  };
+#define D(name, work) d(CUPTI_DRIVER_TRACE_CBID_##name, Work::work)
+#define DPT(name, work) d(CUPTI_DRIVER_TRACE_CBID_##name, Work::work, true)
+  D(cuLaunchKernel, kDriverLaunch);            DPT(cuLaunchKernel_ptsz, kDriverLaunch);
+  D(cuLaunchKernelEx, kDriverLaunchEx);        DPT(cuLaunchKernelEx_ptsz, kDriverLaunchEx);
+  D(cuLaunchCooperativeKernel, kDriverCooperative);
+  DPT(cuLaunchCooperativeKernel_ptsz, kDriverCooperative);
+  D(cuGraphLaunch, kOpaque);                   DPT(cuGraphLaunch_ptsz, kOpaque);
+  D(cuMemcpy, kUnified);                       DPT(cuMemcpy_ptds, kUnified);
+  D(cuMemcpyAsync, kUnifiedAsync);             DPT(cuMemcpyAsync_ptsz, kUnifiedAsync);
+  D(cuMemcpyHtoD_v2, kHtoD);                   DPT(cuMemcpyHtoD_v2_ptds, kHtoD);
+  D(cuMemcpyHtoDAsync_v2, kHtoDAsync);         DPT(cuMemcpyHtoDAsync_v2_ptsz, kHtoDAsync);
+  D(cuMemcpyDtoH_v2, kDtoH);                   DPT(cuMemcpyDtoH_v2_ptds, kDtoH);
+  D(cuMemcpyDtoHAsync_v2, kDtoHAsync);         DPT(cuMemcpyDtoHAsync_v2_ptsz, kDtoHAsync);
+  D(cuMemcpyDtoD_v2, kDtoD);                   DPT(cuMemcpyDtoD_v2_ptds, kDtoD);
+  D(cuMemcpyDtoDAsync_v2, kDtoDAsync);         DPT(cuMemcpyDtoDAsync_v2_ptsz, kDtoDAsync);
+  D(cuMemsetD8_v2, kMemset8);                  DPT(cuMemsetD8_v2_ptds, kMemset8);
+  D(cuMemsetD16_v2, kMemset16);                DPT(cuMemsetD16_v2_ptds, kMemset16);
+  D(cuMemsetD32_v2, kMemset32);                DPT(cuMemsetD32_v2_ptds, kMemset32);
+  D(cuMemsetD8Async, kMemset8Async);           DPT(cuMemsetD8Async_ptsz, kMemset8Async);
+  D(cuMemsetD16Async, kMemset16Async);         DPT(cuMemsetD16Async_ptsz, kMemset16Async);
+  D(cuMemsetD32Async, kMemset32Async);         DPT(cuMemsetD32Async_ptsz, kMemset32Async);
+  D(cuMemsetD2D8_v2, kMemset2D8);              DPT(cuMemsetD2D8_v2_ptds, kMemset2D8);
+  D(cuMemsetD2D16_v2, kMemset2D16);            DPT(cuMemsetD2D16_v2_ptds, kMemset2D16);
+  D(cuMemsetD2D32_v2, kMemset2D32);            DPT(cuMemsetD2D32_v2_ptds, kMemset2D32);
+  D(cuMemsetD2D8Async, kMemset2D8);            DPT(cuMemsetD2D8Async_ptsz, kMemset2D8);
+  D(cuMemsetD2D16Async, kMemset2D16);          DPT(cuMemsetD2D16Async_ptsz, kMemset2D16);
+  D(cuMemsetD2D32Async, kMemset2D32);          DPT(cuMemsetD2D32Async_ptsz, kMemset2D32);
+  for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2_ptds,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2_ptsz,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DUnaligned_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DUnaligned_v2_ptds,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2_ptds,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2_ptsz,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeer, CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeer_ptds,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync, CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync_ptsz,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DPeer, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DPeer_ptds,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DPeerAsync, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DPeerAsync_ptsz,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2_ptsz,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2_ptsz,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoA_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoA_v2_ptds,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoD_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoD_v2_ptds})
+    d(id, Work::kOpaque);
+#undef D
+#undef DPT
+#define R(name, work) r(CUPTI_RUNTIME_TRACE_CBID_##name, Work::work)
+#define RPT(name, work) r(CUPTI_RUNTIME_TRACE_CBID_##name, Work::work, true)
+  R(cudaLaunchKernel_v7000, kRuntimeLaunch);           RPT(cudaLaunchKernel_ptsz_v7000, kRuntimeLaunch);
+  R(cudaLaunchCooperativeKernel_v9000, kRuntimeLaunch); RPT(cudaLaunchCooperativeKernel_ptsz_v9000, kRuntimeLaunch);
+  R(cudaLaunchKernelExC_v11060, kRuntimeLaunchEx);     RPT(cudaLaunchKernelExC_ptsz_v11060, kRuntimeLaunchEx);
+  R(__cudaLaunchKernel_v13000, kRuntimeKernelLaunch);  RPT(__cudaLaunchKernel_ptsz_v13000, kRuntimeKernelLaunch);
+  R(cudaMemcpy_v3020, kRuntimeMemcpy);                 RPT(cudaMemcpy_ptds_v7000, kRuntimeMemcpy);
+  R(cudaMemcpyAsync_v3020, kRuntimeMemcpyAsync);       RPT(cudaMemcpyAsync_ptsz_v7000, kRuntimeMemcpyAsync);
+  R(cudaMemset_v3020, kRuntimeMemset);                 RPT(cudaMemset_ptds_v7000, kRuntimeMemset);
+  R(cudaMemsetAsync_v3020, kRuntimeMemsetAsync);       RPT(cudaMemsetAsync_ptsz_v7000, kRuntimeMemsetAsync);
+  R(cudaGraphLaunch_v10000, kOpaque);                  RPT(cudaGraphLaunch_ptsz_v10000, kOpaque);
+  for (CUpti_CallbackId id : {CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_ptds_v7000,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DAsync_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DAsync_ptsz_v7000,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_ptds_v7000,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DAsync_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DAsync_ptsz_v7000,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyPeer_v4000, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyPeerAsync_v4000,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyToSymbol_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_v3020,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyToSymbolAsync_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbolAsync_v3020,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_v13000, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DBatchAsync_v13000,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemset2D_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemset2DAsync_v3020,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemset3D_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemset3DAsync_v3020})
+    r(id, Work::kOpaque);
+#undef R
+#undef RPT
+}
+
+// Pointer tables copied to the device are scanned when they are at most this big: larger
+// host-to-device copies are data, and scanning them would cost the copy's time again.
+constexpr size_t kPointerTableScanBytes = 64 << 10;
+
+struct Context {
+  const DriverApi* api = nullptr;
+  Residency* residency = nullptr;
+  ParamLayoutCache layouts;
+  decltype(&::cudaGetFuncBySymbol) getFuncBySymbol = nullptr;
+  std::mutex symbolMutex;
+  std::unordered_map<const void*, CUfunction> functionsBySymbol;
+};
+Context* gContext = nullptr;
+
+thread_local uint32_t tHandledCorrelation = 0;
+thread_local std::vector<uint64_t> tCandidates;
+
+CUfunction functionForSymbol(const void* symbol) {
+  Context& c = *gContext;
+  std::lock_guard lock(c.symbolMutex);
+  auto [it, inserted] = c.functionsBySymbol.try_emplace(symbol, nullptr);
+  if (inserted && c.getFuncBySymbol != nullptr) {
+    cudaFunction_t function = nullptr;
+    ReentryGuard guard;
+    if (c.getFuncBySymbol(&function, symbol) == cudaSuccess)
+      it->second = reinterpret_cast<CUfunction>(function);
+  }
+  return it->second;
+}
+
+void launch(CUfunction function, CUstream stream, bool perThread, void** params, void** extra,
+            const char* name) {
+  Context& c = *gContext;
+  if (function == nullptr) {
+    c.residency->prepareEverything(stream, perThread);
+    return;
+  }
+  const ParamLayout& layout = c.layouts.layout(*c.api, function);
+  tCandidates.clear();
+  if (!scanParams(layout, params, extra, [](uint64_t value) { tCandidates.push_back(value); })) {
+    c.residency->prepareEverything(stream, perThread);
+    return;
+  }
+  Residency::Touch touch;
+  touch.pointers = tCandidates.data();
+  touch.pointerCount = tCandidates.size();
+  touch.kind = UseKind::kKernel;
+  c.residency->prepare(stream, perThread, &touch, 1, name ? name : "a kernel");
+}
+
+void copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool perThread,
+          bool hostSource) {
+  Context& c = *gContext;
+  Residency::Touch touches[2];
+  touches[0].rangeStart = dst;
+  touches[0].rangeBytes = bytes;
+  touches[0].kind = UseKind::kWrite;
+  touches[1].rangeStart = src;
+  touches[1].rangeBytes = bytes;
+  touches[1].kind = UseKind::kRead;
+  c.residency->prepare(stream, perThread, touches, 2, "a copy");
+  if (hostSource && bytes <= kPointerTableScanBytes && bytes >= 8)
+    c.residency->linkPointerTable(dst, reinterpret_cast<const void*>(src), bytes);
+}
+
+void memset(uint64_t dst, size_t bytes, CUstream stream, bool perThread) {
+  Residency::Touch touch;
+  touch.rangeStart = dst;
+  touch.rangeBytes = bytes;
+  touch.kind = UseKind::kWrite;
+  gContext->residency->prepare(stream, perThread, &touch, 1, "a memset");
+}
+
+template <class P>
+const P& as(const void* params) {
+  return *static_cast<const P*>(params);
+}
+
+void handle(Work work, bool perThread, const CUpti_CallbackData& data) {
+  const void* p = data.functionParams;
+  const char* name = data.symbolName;
+  switch (work) {
+    case Work::kIgnore:
+      return;
+    case Work::kDriverLaunch: {
+      auto& a = as<cuLaunchKernel_params>(p);
+      return launch(a.f, a.hStream, perThread, a.kernelParams, a.extra, name);
+    }
+    case Work::kDriverLaunchEx: {
+      auto& a = as<cuLaunchKernelEx_params>(p);
+      return launch(a.f, a.config ? a.config->hStream : nullptr, perThread, a.kernelParams,
+                    a.extra, name);
+    }
+    case Work::kDriverCooperative: {
+      auto& a = as<cuLaunchCooperativeKernel_params>(p);
+      return launch(a.f, a.hStream, perThread, a.kernelParams, nullptr, name);
+    }
+    case Work::kRuntimeLaunch: {
+      auto& a = as<cudaLaunchKernel_v7000_params>(p);
+      return launch(functionForSymbol(a.func), reinterpret_cast<CUstream>(a.stream), perThread,
+                    a.args, nullptr, name);
+    }
+    case Work::kRuntimeKernelLaunch: {
+      // __cudaLaunchKernel (CUDA 13's <<<>>>) takes a cudaKernel_t where cudaLaunchKernel
+      // takes a stub; the driver describes a CUkernel's parameters through the same call.
+      auto& a = as<cudaLaunchKernel_v7000_params>(p);
+      return launch(reinterpret_cast<CUfunction>(const_cast<void*>(a.func)),
+                    reinterpret_cast<CUstream>(a.stream), perThread, a.args, nullptr, name);
+    }
+    case Work::kRuntimeLaunchEx: {
+      auto& a = as<cudaLaunchKernelExC_v11060_params>(p);
+      return launch(functionForSymbol(a.func),
+                    a.config ? reinterpret_cast<CUstream>(a.config->stream) : nullptr, perThread,
+                    a.args, nullptr, name);
+    }
+    case Work::kUnified: {
+      auto& a = as<cuMemcpy_params>(p);
+      return copy(a.dst, a.src, a.ByteCount, nullptr, perThread, true);
+    }
+    case Work::kUnifiedAsync: {
+      auto& a = as<cuMemcpyAsync_params>(p);
+      return copy(a.dst, a.src, a.ByteCount, a.hStream, perThread, true);
+    }
+    case Work::kHtoD: {
+      auto& a = as<cuMemcpyHtoD_v2_params>(p);
+      return copy(a.dstDevice, reinterpret_cast<uint64_t>(a.srcHost), a.ByteCount, nullptr, perThread, true);
+    }
+    case Work::kHtoDAsync: {
+      auto& a = as<cuMemcpyHtoDAsync_v2_params>(p);
+      return copy(a.dstDevice, reinterpret_cast<uint64_t>(a.srcHost), a.ByteCount, a.hStream, perThread, true);
+    }
+    case Work::kDtoH: {
+      auto& a = as<cuMemcpyDtoH_v2_params>(p);
+      return copy(reinterpret_cast<uint64_t>(a.dstHost), a.srcDevice, a.ByteCount, nullptr, perThread, false);
+    }
+    case Work::kDtoHAsync: {
+      auto& a = as<cuMemcpyDtoHAsync_v2_params>(p);
+      return copy(reinterpret_cast<uint64_t>(a.dstHost), a.srcDevice, a.ByteCount, a.hStream, perThread, false);
+    }
+    case Work::kDtoD: {
+      auto& a = as<cuMemcpyDtoD_v2_params>(p);
+      return copy(a.dstDevice, a.srcDevice, a.ByteCount, nullptr, perThread, false);
+    }
+    case Work::kDtoDAsync: {
+      auto& a = as<cuMemcpyDtoDAsync_v2_params>(p);
+      return copy(a.dstDevice, a.srcDevice, a.ByteCount, a.hStream, perThread, false);
+    }
+    case Work::kMemset8: {
+      auto& a = as<cuMemsetD8_v2_params>(p);
+      return memset(a.dstDevice, a.N, nullptr, perThread);
+    }
+    case Work::kMemset16: {
+      auto& a = as<cuMemsetD16_v2_params>(p);
+      return memset(a.dstDevice, a.N * 2, nullptr, perThread);
+    }
+    case Work::kMemset32: {
+      auto& a = as<cuMemsetD32_v2_params>(p);
+      return memset(a.dstDevice, a.N * 4, nullptr, perThread);
+    }
+    case Work::kMemset8Async: {
+      auto& a = as<cuMemsetD8Async_params>(p);
+      return memset(a.dstDevice, a.N, a.hStream, perThread);
+    }
+    case Work::kMemset16Async: {
+      auto& a = as<cuMemsetD16Async_params>(p);
+      return memset(a.dstDevice, a.N * 2, a.hStream, perThread);
+    }
+    case Work::kMemset32Async: {
+      auto& a = as<cuMemsetD32Async_params>(p);
+      return memset(a.dstDevice, a.N * 4, a.hStream, perThread);
+    }
+    case Work::kMemset2D8:
+    case Work::kMemset2D16:
+    case Work::kMemset2D32: {
+      // The synchronous and async forms share these leading fields; the async one's stream
+      // comes last and is read only for the async ids.
+      auto& a = as<cuMemsetD2D8_v2_params>(p);
+      const size_t element = work == Work::kMemset2D8 ? 1 : work == Work::kMemset2D16 ? 2 : 4;
+      const size_t bytes = a.Height == 0 ? 0 : a.dstPitch * (a.Height - 1) + a.Width * element;
+      CUstream stream = nullptr;
+      if (std::strstr(data.functionName ? data.functionName : "", "Async"))
+        stream = as<cuMemsetD2D8Async_params>(p).hStream;
+      return memset(a.dstDevice, bytes, stream, perThread);
+    }
+    case Work::kRuntimeMemcpy: {
+      auto& a = as<cudaMemcpy_v3020_params>(p);
+      return copy(reinterpret_cast<uint64_t>(a.dst), reinterpret_cast<uint64_t>(a.src), a.count,
+                  nullptr, perThread, a.kind == cudaMemcpyHostToDevice || a.kind == cudaMemcpyDefault);
+    }
+    case Work::kRuntimeMemcpyAsync: {
+      auto& a = as<cudaMemcpyAsync_v3020_params>(p);
+      return copy(reinterpret_cast<uint64_t>(a.dst), reinterpret_cast<uint64_t>(a.src), a.count,
+                  reinterpret_cast<CUstream>(a.stream), perThread,
+                  a.kind == cudaMemcpyHostToDevice || a.kind == cudaMemcpyDefault);
+    }
+    case Work::kRuntimeMemset: {
+      auto& a = as<cudaMemset_v3020_params>(p);
+      return memset(reinterpret_cast<uint64_t>(a.devPtr), a.count, nullptr, perThread);
+    }
+    case Work::kRuntimeMemsetAsync: {
+      auto& a = as<cudaMemsetAsync_v3020_params>(p);
+      return memset(reinterpret_cast<uint64_t>(a.devPtr), a.count,
+                    reinterpret_cast<CUstream>(a.stream), perThread);
+    }
+    case Work::kOpaque:
+      // Graph launches and the copy forms not analysed here: everything comes back.
+      return gContext->residency->prepareEverything(nullptr, perThread);
+  }
+}
+
+void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                         const void* callbackData) {
+  if (insideShim() || gContext == nullptr) return;
+  const auto& data = *static_cast<const CUpti_CallbackData*>(callbackData);
+  if (data.callbackSite != CUPTI_API_ENTER) return;
+  Route route;
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid < CUPTI_DRIVER_TRACE_CBID_SIZE)
+    route = gDriverRoutes[cbid];
+  else if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE)
+    route = gRuntimeRoutes[cbid];
+  if (route.work == Work::kIgnore) return;
+  // The driver calls a runtime call makes carry its correlation id: handled once.
+  if (data.correlationId != 0 && data.correlationId == tHandledCorrelation) return;
+  tHandledCorrelation = data.correlationId;
+  handle(route.work, route.perThread, data);
+}
+
+// Where libcupti may be, in order.
+std::vector<std::string> cuptiCandidates(const std::string& configured) {
+  std::vector<std::string> paths;
+  if (!configured.empty()) {
+    paths.push_back(configured);
+    return paths;
+  }
+  // Beside the CUDA runtime the program loaded (a wheel's or the toolkit's).
+  Dl_info info;
+  void* runtimeSymbol = realDlsym()(RTLD_DEFAULT, "cudaGetDeviceCount");
+  if (runtimeSymbol != nullptr && dladdr(runtimeSymbol, &info) != 0 && info.dli_fname) {
+    std::string dir = info.dli_fname;
+    dir.resize(dir.find_last_of('/') + 1);
+    paths.push_back(dir + "libcupti.so.13");
+    // pip layout: nvidia/cuda_runtime/lib beside nvidia/cuda_cupti/lib
+    auto nvidia = dir.rfind("/cuda_runtime/lib/");
+    if (nvidia != std::string::npos)
+      paths.push_back(dir.substr(0, nvidia) + "/cuda_cupti/lib/libcupti.so.13");
+  }
+  paths.push_back("libcupti.so.13");  // the loader's search path
+  paths.push_back("/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13");
+  paths.push_back("/usr/local/cuda/lib64/libcupti.so.13");
+  return paths;
+}
+
+}  // namespace
+
+CuptiStatus subscribeCupti(const std::string& cuptiPath, const DriverApi& api,
+                           Residency& residency) {
+  CuptiStatus status;
+  void* library = nullptr;
+  std::string tried;
+  for (const std::string& path : cuptiCandidates(cuptiPath)) {
+    library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (library != nullptr) break;
+    tried += tried.empty() ? path : ", " + path;
+  }
+  if (library == nullptr) {
+    status.message = "cannot load CUPTI (tried " + tried + "); set DELTA_CUPTI_PATH to libcupti.so";
+    return status;
+  }
+  auto lookup = [&](const char* name) { return realDlsym()(library, name); };
+  auto subscribeV2 = reinterpret_cast<decltype(&cuptiSubscribe_v2)>(lookup("cuptiSubscribe_v2"));
+  auto subscribeV1 = reinterpret_cast<decltype(&cuptiSubscribe)>(lookup("cuptiSubscribe"));
+  auto enableCallback = reinterpret_cast<decltype(&cuptiEnableCallback)>(lookup("cuptiEnableCallback"));
+  auto resultString = reinterpret_cast<decltype(&cuptiGetResultString)>(lookup("cuptiGetResultString"));
+  if ((subscribeV2 == nullptr && subscribeV1 == nullptr) || enableCallback == nullptr) {
+    status.message = "the CUPTI library found lacks the callback API";
+    return status;
+  }
+  static Context context;
+  context.api = &api;
+  context.residency = &residency;
+  context.getFuncBySymbol = runtimeApi().cudaGetFuncBySymbol;
+  buildRoutes();
+  gContext = &context;
+
+  CUpti_SubscriberHandle subscriber = nullptr;
+  CUptiResult result;
+  char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 64] = "";
+  if (subscribeV2 != nullptr) {
+    CUpti_SubscriberParams params{};
+    params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+    params.subscriberName = "DELTA";
+    params.oldSubscriberName = holder;
+    params.oldSubscriberSize = sizeof holder;
+    result = subscribeV2(&subscriber, onCallback, nullptr, &params);
+  } else {
+    result = subscribeV1(&subscriber, onCallback, nullptr);
+  }
+  if (result != CUPTI_SUCCESS) {
+    gContext = nullptr;
+    const char* text = "unknown error";
+    if (resultString) resultString(result, &text);
+    if (result == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+      status.message = std::string("CUPTI is already in use by ") +
+                       (holder[0] ? holder : "another tool (Nsight, compute-sanitizer, a profiler)") +
+                       ": libdelta cannot see kernel launches, so it will not evict anything "
+                       "(pass-through mode)";
+    else
+      status.message = std::string("cannot subscribe to CUPTI: ") + text +
+                       " (pass-through mode)";
+    return status;
+  }
+  for (CUpti_CallbackId id = 0; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id)
+    if (gDriverRoutes[id].work != Work::kIgnore)
+      enableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+  for (CUpti_CallbackId id = 0; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id)
+    if (gRuntimeRoutes[id].work != Work::kIgnore)
+      enableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+  status.subscribed = true;
+  return status;
+}
+
+}  // namespace delta::shim

@@ -1,0 +1,254 @@
+// The functions libdelta.so puts in front of the program's: cudaMalloc/cudaFree/
+// cudaMemGetInfo from the runtime, cuMemAlloc/cuMemFree/cuMemGetInfo from the driver (as
+// programs, the runtime and libraries reach them: by symbol, by dlsym on the driver's
+// handle, or through cuGetProcAddress), and dlsym and cuGetProcAddress themselves, which
+// hand out these replacements for the names the shim manages and pass everything else
+// through. cuGetExportTable is never wrapped (wrapping it hangs real runtimes).
+//
+// Each replacement is thin: pass through when inside the shim, disabled or not active;
+// otherwise one call into the residency manager.
+#include <dlfcn.h>
+
+#include <cstring>
+#include <string_view>
+
+#include "shim/log.h"
+#include "shim/reentry_guard.h"
+#include "shim/shim.h"
+
+#define DELTA_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace delta::shim {
+namespace {
+
+__attribute__((constructor)) void loadLibrary() { Shim::instance().configure(); }
+
+// The real function `name` after libdelta.so, for calls that reach us by symbol.
+template <class F>
+F nextFunction(F& cache, const char* name) {
+  if (cache == nullptr) cache = reinterpret_cast<F>(realDlsym()(RTLD_NEXT, name));
+  return cache;
+}
+
+// The real driver function behind a replacement: the one we intercepted (dlsym or
+// cuGetProcAddress), else the driver's own, else the next definition by symbol.
+#define REAL_DRIVER(name)                                                              \
+  (interceptedDriver().name ? interceptedDriver().name                                 \
+   : Shim::instance().driver().name ? Shim::instance().driver().name                   \
+                                     : nextFunction(interceptedDriver().name, #name))
+
+// The runtime has not always made its context current on this thread when cudaMalloc is
+// the first call; the real cudaMalloc would, so do that first (cudaFree(0) is the
+// documented way).
+void ensureRuntimeContext() {
+  static thread_local bool ready = false;
+  if (ready) return;
+  ReentryGuard guard;
+  if (auto realFree = runtimeApi().cudaFree) realFree(nullptr);
+  ready = true;
+}
+
+Residency* managing(size_t bytes) {
+  if (insideShim()) return nullptr;
+  Shim& shim = Shim::instance();
+  if (shim.disabled() || bytes < shim.minManagedBytes()) return nullptr;
+  return shim.active();
+}
+
+Residency* managingFree() {
+  if (insideShim()) return nullptr;
+  Shim& shim = Shim::instance();
+  if (shim.disabled()) return nullptr;
+  return shim.active();
+}
+
+void reportBudget(Residency& residency, size_t* free, size_t* total) {
+  // Frameworks size themselves from this: tell them the budget, not the device.
+  const uint64_t budget = residency.budget();
+  const uint64_t resident = residency.stats().residentBytes;
+  if (total) *total = budget;
+  if (free) *free = resident < budget ? budget - resident : 0;
+}
+
+// Names the shim hands out its own functions for.
+bool isManagedDriverSymbol(std::string_view name) {
+  return name == "cuMemAlloc_v2" || name == "cuMemFree_v2" || name == "cuMemGetInfo_v2" ||
+         name == "cuGetProcAddress_v2" || name == "cuGetProcAddress";
+}
+
+}  // namespace
+}  // namespace delta::shim
+
+using namespace delta::shim;
+
+// ---- the runtime ------------------------------------------------------------------------
+
+DELTA_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  auto real = runtimeApi().cudaMalloc;
+  if (real == nullptr) return cudaErrorInsufficientDriver;
+  if (devPtr == nullptr || size == 0 || insideShim()) return real(devPtr, size);
+  ensureRuntimeContext();
+  Residency* residency = managing(size);
+  if (residency == nullptr) return real(devPtr, size);
+  CUdeviceptr address = 0;
+  CUresult result = residency->allocate(size, &address);
+  if (result == CUDA_SUCCESS) {
+    *devPtr = reinterpret_cast<void*>(address);
+    return cudaSuccess;
+  }
+  if (result == CUDA_ERROR_NOT_SUPPORTED) return real(devPtr, size);  // out of buffer ids
+  // Let the runtime produce (and record as its last error) the out-of-memory result.
+  return real(devPtr, size);
+}
+
+DELTA_EXPORT cudaError_t cudaFree(void* devPtr) {
+  auto real = runtimeApi().cudaFree;
+  if (real == nullptr) return cudaErrorInsufficientDriver;
+  if (devPtr == nullptr) return real(devPtr);
+  if (Residency* residency = managingFree();
+      residency && residency->free(reinterpret_cast<CUdeviceptr>(devPtr)))
+    return cudaSuccess;
+  return real(devPtr);
+}
+
+DELTA_EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  auto real = runtimeApi().cudaMemGetInfo;
+  if (real == nullptr) return cudaErrorInsufficientDriver;
+  cudaError_t result = real(free, total);
+  if (result != cudaSuccess || insideShim()) return result;
+  if (Residency* residency = managingFree()) reportBudget(*residency, free, total);
+  return result;
+}
+
+// ---- the driver -------------------------------------------------------------------------
+
+DELTA_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  auto real = REAL_DRIVER(cuMemAlloc_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dptr == nullptr || bytesize == 0) return real(dptr, bytesize);
+  Residency* residency = managing(bytesize);
+  if (residency == nullptr) return real(dptr, bytesize);
+  CUcontext context = nullptr;
+  // Without a current context the real call fails; so must we, the same way.
+  if (Shim::instance().driver().cuCtxGetCurrent(&context) != CUDA_SUCCESS || context == nullptr)
+    return real(dptr, bytesize);
+  CUresult result = residency->allocate(bytesize, dptr);
+  if (result == CUDA_ERROR_NOT_SUPPORTED) return real(dptr, bytesize);
+  return result;
+}
+
+DELTA_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+  auto real = REAL_DRIVER(cuMemFree_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (Residency* residency = managingFree(); residency && dptr != 0 && residency->free(dptr))
+    return CUDA_SUCCESS;
+  return real(dptr);
+}
+
+DELTA_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
+  auto real = REAL_DRIVER(cuMemGetInfo_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult result = real(free, total);
+  if (result != CUDA_SUCCESS || insideShim()) return result;
+  if (Residency* residency = managingFree()) reportBudget(*residency, free, total);
+  return result;
+}
+
+namespace delta::shim {
+namespace {
+
+void* replacementFor(std::string_view name);
+
+// The answer of cuGetProcAddress, with our replacements for the names we manage.
+CUresult answerProcAddress(CUresult result, const char* symbol, void** pfn) {
+  if (result != CUDA_SUCCESS || pfn == nullptr || *pfn == nullptr || symbol == nullptr ||
+      Shim::instance().disabled())
+    return result;
+  std::string_view base = symbol;
+  InterceptedDriver& real = interceptedDriver();
+  if (base == "cuMemAlloc") {
+    real.cuMemAlloc_v2 = reinterpret_cast<decltype(real.cuMemAlloc_v2)>(*pfn);
+    *pfn = replacementFor("cuMemAlloc_v2");
+  } else if (base == "cuMemFree") {
+    real.cuMemFree_v2 = reinterpret_cast<decltype(real.cuMemFree_v2)>(*pfn);
+    *pfn = replacementFor("cuMemFree_v2");
+  } else if (base == "cuMemGetInfo") {
+    real.cuMemGetInfo_v2 = reinterpret_cast<decltype(real.cuMemGetInfo_v2)>(*pfn);
+    *pfn = replacementFor("cuMemGetInfo_v2");
+  }
+  return result;
+}
+
+}  // namespace
+}  // namespace delta::shim
+
+DELTA_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
+                                                 cuuint64_t flags,
+                                                 CUdriverProcAddressQueryResult* symbolStatus) {
+  auto real = interceptedDriver().cuGetProcAddress_v2
+                  ? interceptedDriver().cuGetProcAddress_v2
+                  : nextFunction(interceptedDriver().cuGetProcAddress_v2, "cuGetProcAddress_v2");
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult result = real(symbol, pfn, cudaVersion, flags, symbolStatus);
+  if (insideShim()) return result;
+  return answerProcAddress(result, symbol, pfn);
+}
+
+#undef cuGetProcAddress
+using GetProcAddressV1 = CUresult (*)(const char*, void**, int, cuuint64_t);
+namespace {
+GetProcAddressV1 gRealGetProcAddressV1 = nullptr;
+}
+
+DELTA_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                              cuuint64_t flags) {
+  auto real = nextFunction(gRealGetProcAddressV1, "cuGetProcAddress");
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult result = real(symbol, pfn, cudaVersion, flags);
+  if (insideShim()) return result;
+  return answerProcAddress(result, symbol, pfn);
+}
+
+namespace delta::shim {
+namespace {
+
+void* replacementFor(std::string_view name) {
+  if (name == "cuMemAlloc_v2") return reinterpret_cast<void*>(&::cuMemAlloc_v2);
+  if (name == "cuMemFree_v2") return reinterpret_cast<void*>(&::cuMemFree_v2);
+  if (name == "cuMemGetInfo_v2") return reinterpret_cast<void*>(&::cuMemGetInfo_v2);
+  if (name == "cuGetProcAddress_v2") return reinterpret_cast<void*>(&::cuGetProcAddress_v2);
+  if (name == "cuGetProcAddress") return reinterpret_cast<void*>(&::cuGetProcAddress);
+  return nullptr;
+}
+
+}  // namespace
+}  // namespace delta::shim
+
+// ---- dlsym --------------------------------------------------------------------------------
+
+// The CUDA runtime opens libcuda.so.1 and looks its entry points up with dlsym on that
+// handle, which never finds an LD_PRELOAD library's definitions: so dlsym itself is wrapped.
+// Lookups with RTLD_DEFAULT/RTLD_NEXT already find ours by symbol order and pass through.
+// (A caller's own RTLD_NEXT lookup is resolved relative to libdelta.so; for the names a
+// program looks up that way this gives the same answer.)
+DELTA_EXPORT void* dlsym(void* handle, const char* symbol) {
+  DlsymFunction real = realDlsym();
+  void* found = real(handle, symbol);
+  if (found == nullptr || insideShim() || handle == RTLD_DEFAULT ||
+      handle == RTLD_NEXT || !isManagedDriverSymbol(symbol) || Shim::instance().disabled())
+    return found;
+  std::string_view name = symbol;
+  InterceptedDriver& intercepted = interceptedDriver();
+  if (name == "cuMemAlloc_v2")
+    intercepted.cuMemAlloc_v2 = reinterpret_cast<decltype(intercepted.cuMemAlloc_v2)>(found);
+  else if (name == "cuMemFree_v2")
+    intercepted.cuMemFree_v2 = reinterpret_cast<decltype(intercepted.cuMemFree_v2)>(found);
+  else if (name == "cuMemGetInfo_v2")
+    intercepted.cuMemGetInfo_v2 = reinterpret_cast<decltype(intercepted.cuMemGetInfo_v2)>(found);
+  else if (name == "cuGetProcAddress_v2")
+    intercepted.cuGetProcAddress_v2 =
+        reinterpret_cast<decltype(intercepted.cuGetProcAddress_v2)>(found);
+  else if (name == "cuGetProcAddress")
+    gRealGetProcAddressV1 = reinterpret_cast<GetProcAddressV1>(found);
+  return replacementFor(name);
+}

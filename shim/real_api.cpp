@@ -1,0 +1,79 @@
+#include "shim/real_api.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+namespace delta::shim {
+
+DlsymFunction realDlsym() {
+  static DlsymFunction function = [] {
+    // glibc 2.34 moved dlsym into libc with a new version; older ones have GLIBC_2.2.5.
+    void* found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (found == nullptr) found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    return reinterpret_cast<DlsymFunction>(found);
+  }();
+  return function;
+}
+
+bool loadDriver(DriverApi& api) {
+  // RTLD_NOLOAD first: the program's runtime has normally loaded the driver already, and
+  // we want that very library, not another one found on a different path.
+  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (handle == nullptr) handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return false;
+  auto getProc = reinterpret_cast<decltype(&::cuGetProcAddress_v2)>(
+      realDlsym()(handle, "cuGetProcAddress_v2"));
+  if (getProc == nullptr) return false;
+  // Base names, as cuGetProcAddress wants them.
+  auto fetch = [&](const char* versioned, void** out) {
+    char base[64];
+    size_t length = 0;
+    while (versioned[length] && length < sizeof base - 1) {
+      base[length] = versioned[length];
+      ++length;
+    }
+    base[length] = '\0';
+    if (length > 3 && base[length - 3] == '_' && base[length - 2] == 'v' && base[length - 1] == '2')
+      base[length - 3] = '\0';
+    return getProc(base, out, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, nullptr) == CUDA_SUCCESS &&
+           *out != nullptr;
+  };
+  bool complete = true;
+#define DELTA_FETCH(name) complete = fetch(#name, reinterpret_cast<void**>(&api.name)) && complete;
+  DELTA_DRIVER_FUNCTIONS(DELTA_FETCH)
+#undef DELTA_FETCH
+  return complete;
+}
+
+const RuntimeApi& runtimeApi() {
+  static RuntimeApi api = [] {
+    RuntimeApi found;
+    DlsymFunction lookup = realDlsym();
+    found.cudaMalloc = reinterpret_cast<decltype(found.cudaMalloc)>(lookup(RTLD_NEXT, "cudaMalloc"));
+    found.cudaFree = reinterpret_cast<decltype(found.cudaFree)>(lookup(RTLD_NEXT, "cudaFree"));
+    found.cudaMemGetInfo =
+        reinterpret_cast<decltype(found.cudaMemGetInfo)>(lookup(RTLD_NEXT, "cudaMemGetInfo"));
+    found.cudaGetFuncBySymbol = reinterpret_cast<decltype(found.cudaGetFuncBySymbol)>(
+        lookup(RTLD_NEXT, "cudaGetFuncBySymbol"));
+    found.cudaIpcGetMemHandle = reinterpret_cast<decltype(found.cudaIpcGetMemHandle)>(
+        lookup(RTLD_NEXT, "cudaIpcGetMemHandle"));
+    return found;
+  }();
+  return api;
+}
+
+InterceptedDriver& interceptedDriver() {
+  static InterceptedDriver driver;
+  return driver;
+}
+
+const char* resultText(const DriverApi& api, CUresult result) {
+  const char* text = nullptr;
+  if (api.cuGetErrorString == nullptr || api.cuGetErrorString(result, &text) != CUDA_SUCCESS ||
+      text == nullptr)
+    return "unknown CUDA error";
+  return text;
+}
+
+}  // namespace delta::shim

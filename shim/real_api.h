@@ -1,0 +1,62 @@
+// The real functions behind the interposed ones: glibc's dlsym, the driver's entry points
+// (fetched through the driver's own cuGetProcAddress, never through our wrappers), and the
+// few runtime functions the shim needs. Each is resolved once.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+namespace delta::shim {
+
+// glibc's dlsym, found with dlvsym so that our exported dlsym does not find itself.
+using DlsymFunction = void* (*)(void*, const char*);
+DlsymFunction realDlsym();
+
+#define DELTA_DRIVER_FUNCTIONS(X)                                                         \
+  X(cuInit) X(cuGetProcAddress_v2) X(cuGetErrorString) X(cuCtxGetCurrent)                  \
+  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceTotalMem_v2) X(cuMemAlloc_v2) X(cuMemFree_v2) \
+  X(cuMemGetInfo_v2) X(cuMemGetAllocationGranularity) X(cuMemAddressReserve)              \
+  X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap)            \
+  X(cuMemSetAccess) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync_v2)            \
+  X(cuMemcpyDtoHAsync_v2) X(cuStreamCreate) X(cuStreamWaitEvent) X(cuStreamSynchronize)   \
+  X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)                 \
+  X(cuEventDestroy_v2) X(cuFuncGetParamInfo) X(cuFuncGetName) X(cuIpcGetMemHandle)         \
+  X(cuCtxSynchronize)
+
+struct DriverApi {
+#define DELTA_DECLARE(name) decltype(&::name) name = nullptr;
+  DELTA_DRIVER_FUNCTIONS(DELTA_DECLARE)
+#undef DELTA_DECLARE
+};
+
+// Loads libcuda.so.1 (already loaded by the program's runtime, normally) and fetches every
+// function above. False when there is no driver or it lacks one of them: the shim then stays
+// out of the way and the program sees exactly what it would see without it.
+bool loadDriver(DriverApi& api);
+
+// The program's runtime functions the shim calls through (RTLD_NEXT: the next definition
+// after libdelta.so, i.e. libcudart's).
+struct RuntimeApi {
+  decltype(&::cudaMalloc) cudaMalloc = nullptr;
+  decltype(&::cudaFree) cudaFree = nullptr;
+  decltype(&::cudaMemGetInfo) cudaMemGetInfo = nullptr;
+  decltype(&::cudaGetFuncBySymbol) cudaGetFuncBySymbol = nullptr;
+  decltype(&::cudaIpcGetMemHandle) cudaIpcGetMemHandle = nullptr;
+};
+const RuntimeApi& runtimeApi();
+
+// The real versions of the driver functions the shim hands out its own replacements for,
+// as the program would have got them.
+struct InterceptedDriver {
+  decltype(&::cuGetProcAddress_v2) cuGetProcAddress_v2 = nullptr;
+  decltype(&::cuMemAlloc_v2) cuMemAlloc_v2 = nullptr;
+  decltype(&::cuMemFree_v2) cuMemFree_v2 = nullptr;
+  decltype(&::cuMemGetInfo_v2) cuMemGetInfo_v2 = nullptr;
+  decltype(&::cuIpcGetMemHandle) cuIpcGetMemHandle = nullptr;
+};
+InterceptedDriver& interceptedDriver();
+
+// Text of a CUresult for messages.
+const char* resultText(const DriverApi& api, CUresult result);
+
+}  // namespace delta::shim

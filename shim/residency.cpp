@@ -1,0 +1,622 @@
+#include "shim/residency.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+
+#include "shim/log.h"
+#include "shim/reentry_guard.h"
+
+namespace delta::shim {
+
+int64_t nowNs() {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+namespace {
+
+constexpr uint32_t kMaxBuffers = 1u << 18;
+constexpr size_t kVictimBatch = 64;
+constexpr int kMaxLinkDepth = 4;
+
+uint64_t roundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
+
+}  // namespace
+
+Residency::Residency(const DriverApi& api, const ResidencyConfig& config,
+                     std::unique_ptr<policy::Policy> policy, uint64_t granularity)
+    : api_(api), config_(config), granularity_(granularity), policy_(std::move(policy)) {
+  buffers_.reserve(1024);
+  workingSet_.reserve(64);
+  writtenScratch_.reserve(64);
+  keepIds_.reserve(64);
+}
+
+// ---- physical memory, addresses, host copies, events ------------------------------------
+
+CUresult Residency::acquirePhysical(uint64_t bytes, CUmemGenericAllocationHandle* handle) {
+  auto it = pool_.find(bytes);
+  if (it != pool_.end()) {
+    *handle = it->second;
+    pool_.erase(it);
+    pooled_ -= bytes;
+    return CUDA_SUCCESS;
+  }
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUresult result = api_.cuMemCreate(handle, bytes, &prop, 0);
+  if (result == CUDA_ERROR_OUT_OF_MEMORY && pooled_ > 0) {
+    // Other sizes sit in the pool: give them back to the device and try once more.
+    trimPool(UINT64_MAX);
+    result = api_.cuMemCreate(handle, bytes, &prop, 0);
+  }
+  return result;
+}
+
+void Residency::releasePhysical(uint64_t bytes, CUmemGenericAllocationHandle handle) {
+  // Kept for the next buffer of the same size: with PYTORCH_NO_CUDA_MEMORY_CACHING every
+  // tensor is a cudaMalloc/cudaFree pair, and cuMemCreate/cuMemRelease are slow.
+  pool_.emplace(bytes, handle);
+  pooled_ += bytes;
+}
+
+void Residency::trimPool(uint64_t bytes) {
+  uint64_t released = 0;
+  while (!pool_.empty() && released < bytes) {
+    auto it = std::prev(pool_.end());  // largest first: fewest calls
+    api_.cuMemRelease(it->second);
+    released += it->first;
+    pooled_ -= it->first;
+    pool_.erase(it);
+  }
+}
+
+CUresult Residency::mapAt(CUdeviceptr address, uint64_t bytes, CUmemGenericAllocationHandle handle) {
+  CUresult result = api_.cuMemMap(address, bytes, 0, handle, 0);
+  if (result != CUDA_SUCCESS) return result;
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = 0;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  result = api_.cuMemSetAccess(address, bytes, &access, 1);
+  if (result != CUDA_SUCCESS) api_.cuMemUnmap(address, bytes);
+  return result;
+}
+
+void* Residency::takeHost(uint64_t bytes, bool* pinned) {
+  auto it = hostCache_.find(bytes);
+  if (it != hostCache_.end()) {
+    void* host = it->second;
+    hostCache_.erase(it);
+    *pinned = true;
+    return host;
+  }
+  if (pinnedHostBytes_ + bytes <= config_.hostLimitBytes) {
+    void* host = nullptr;
+    if (api_.cuMemHostAlloc(&host, bytes, 0) == CUDA_SUCCESS) {
+      pinnedHostBytes_ += bytes;
+      *pinned = true;
+      return host;
+    }
+  }
+  // Pageable memory still works, only slower (the copies become synchronous).
+  stats_.pageableFallbacks++;
+  DELTA_WARN_ONCE("pinned host memory for evicted buffers is exhausted (DELTA_HOST_LIMIT or the "
+                  "system's limit); using pageable memory, copies will be slower");
+  *pinned = false;
+  return std::malloc(bytes);
+}
+
+void Residency::giveHost(void* host, uint64_t bytes, bool pinned) {
+  if (host == nullptr) return;
+  if (pinned)
+    hostCache_.emplace(bytes, host);
+  else
+    std::free(host);
+}
+
+CUevent Residency::takeEvent() {
+  if (!eventPool_.empty()) {
+    CUevent event = eventPool_.back();
+    eventPool_.pop_back();
+    return event;
+  }
+  CUevent event = nullptr;
+  if (api_.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
+  return event;
+}
+
+void Residency::giveEvent(CUevent event) {
+  if (event != nullptr) eventPool_.push_back(event);
+}
+
+// ---- allocation and free -----------------------------------------------------------------
+
+CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
+  ReentryGuard guard;
+  std::lock_guard lock(mutex_);
+  const uint64_t mapped = roundUp(bytes, granularity_);
+  uint32_t id;
+  if (!freeIds_.empty()) {
+    id = freeIds_.back();
+    freeIds_.pop_back();
+  } else if (buffers_.size() < kMaxBuffers) {
+    id = static_cast<uint32_t>(buffers_.size());
+    buffers_.emplace_back();
+  } else {
+    return CUDA_ERROR_NOT_SUPPORTED;  // the caller falls back to an unmanaged allocation
+  }
+  static const std::vector<uint32_t> kNothing;
+  if (CUresult room = makeRoom(mapped, kNothing, nowNs()); room != CUDA_SUCCESS) {
+    freeIds_.push_back(id);
+    return room;
+  }
+  CUdeviceptr address = 0;
+  if (auto it = addressCache_.find(mapped); it != addressCache_.end()) {
+    address = it->second;
+    addressCache_.erase(it);
+  } else if (CUresult r = api_.cuMemAddressReserve(&address, mapped, granularity_, 0, 0);
+             r != CUDA_SUCCESS) {
+    freeIds_.push_back(id);
+    return r;
+  }
+  CUmemGenericAllocationHandle handle = 0;
+  CUresult result = acquirePhysical(mapped, &handle);
+  if (result == CUDA_SUCCESS) {
+    result = mapAt(address, mapped, handle);
+    if (result != CUDA_SUCCESS) releasePhysical(mapped, handle);
+  }
+  if (result != CUDA_SUCCESS) {
+    addressCache_.emplace(mapped, address);
+    freeIds_.push_back(id);
+    return result;
+  }
+  Buffer& buffer = buffers_[id];
+  buffer = Buffer{};
+  buffer.live = true;
+  buffer.address = address;
+  buffer.bytes = bytes;
+  buffer.mappedBytes = mapped;
+  buffer.handle = handle;
+  buffer.state = State::kResident;
+  addresses_.insert(address, bytes, id);
+  resident_ += mapped;
+  stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
+  stats_.allocations++;
+  policy_->onAlloc(id, mapped, nowNs());
+  *out = address;
+  return CUDA_SUCCESS;
+}
+
+bool Residency::owns(CUdeviceptr address) {
+  std::lock_guard lock(mutex_);
+  uint32_t id = addresses_.find(address);
+  return id != AddressMap::kNone && buffers_[id].address == address;
+}
+
+bool Residency::free(CUdeviceptr address) {
+  ReentryGuard guard;
+  std::lock_guard lock(mutex_);
+  uint32_t id = addresses_.find(address);
+  if (id == AddressMap::kNone || buffers_[id].address != address) return false;
+  Buffer& buffer = buffers_[id];
+  // Unlike cudaFree, no device-wide synchronisation: the memory waits in quarantine until
+  // the work that used it has finished, and only then is it reused.
+  Quarantined entry{buffer.address, buffer.mappedBytes,
+                    buffer.state == State::kResident ? buffer.handle : 0,
+                    buffer.host, buffer.hostPinned, buffer.mappedBytes, {}};
+  bool synced = buffer.manyStreams;
+  for (int i = 0; i < buffer.useCount && !synced; ++i) {
+    StreamUse& use = buffer.uses[i];
+    CUevent event = use.event;
+    if (event == nullptr) {
+      event = takeEvent();
+      if (event == nullptr || api_.cuEventRecord(event, use.stream) != CUDA_SUCCESS) {
+        giveEvent(event);
+        synced = true;
+        break;
+      }
+    }
+    use.event = nullptr;
+    entry.events.push_back(event);
+  }
+  if (buffer.restoreEvent) {
+    entry.events.push_back(buffer.restoreEvent);
+    buffer.restoreEvent = nullptr;
+  }
+  if (synced) api_.cuCtxSynchronize();  // untracked uses: the safe, slow way
+  if (buffer.state == State::kResident) {
+    resident_ -= buffer.mappedBytes;
+    quarantinedBytes_ += buffer.mappedBytes;
+  }
+  if (buffer.host) stats_.hostBytes -= buffer.mappedBytes;
+  quarantine_.push_back(std::move(entry));
+  addresses_.erase(address);
+  policy_->onFree(id, nowNs());
+  buffer = Buffer{};
+  freeIds_.push_back(id);
+  stats_.frees++;
+  reclaimQuarantine(false);
+  return true;
+}
+
+bool Residency::reclaimQuarantine(bool wait) {
+  bool any = false;
+  for (size_t i = 0; i < quarantine_.size();) {
+    Quarantined& entry = quarantine_[i];
+    bool done = true;
+    for (CUevent event : entry.events) {
+      CUresult state = wait ? api_.cuEventSynchronize(event) : api_.cuEventQuery(event);
+      if (state == CUDA_ERROR_NOT_READY) {
+        done = false;
+        break;
+      }
+    }
+    if (!done) {
+      ++i;
+      continue;
+    }
+    for (CUevent event : entry.events) giveEvent(event);
+    if (entry.handle != 0) {
+      api_.cuMemUnmap(entry.address, entry.mappedBytes);
+      quarantinedBytes_ -= entry.mappedBytes;
+      releasePhysical(entry.mappedBytes, entry.handle);
+    }
+    addressCache_.emplace(entry.mappedBytes, entry.address);
+    giveHost(entry.host, entry.hostBytes, entry.hostPinned);
+    quarantine_[i] = std::move(quarantine_.back());
+    quarantine_.pop_back();
+    any = true;
+  }
+  return any;
+}
+
+// ---- making room --------------------------------------------------------------------------
+
+CUresult Residency::makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now) {
+  auto fits = [&] { return deviceBytes() + bytes <= config_.budgetBytes; };
+  if (fits()) return CUDA_SUCCESS;
+  // Cheapest first: memory nobody uses any more.
+  if (!quarantine_.empty()) reclaimQuarantine(false);
+  if (!fits() && pooled_ > 0) trimPool(deviceBytes() + bytes - config_.budgetBytes);
+  if (!fits() && !quarantine_.empty()) {
+    reclaimQuarantine(true);
+    trimPool(UINT64_MAX);
+  }
+  keepIds_.assign(keep.begin(), keep.end());
+  policy::Victim victims[kVictimBatch];
+  while (!fits()) {
+    policy::EvictRequest request;
+    request.bytes = deviceBytes() + bytes - config_.budgetBytes;
+    request.now_ns = now;
+    request.urgent = true;
+    request.keep = keepIds_;
+    size_t count = policy_->chooseVictims(request, victims);
+    if (count == 0 || !evict(victims, count, now)) break;
+    trimPool(UINT64_MAX);
+  }
+  if (fits()) return CUDA_SUCCESS;
+  return config_.strict ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
+bool Residency::evict(const policy::Victim* victims, size_t count, int64_t now) {
+  if (evictStream_ == nullptr &&
+      api_.cuStreamCreate(&evictStream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+    DELTA_WARN_ONCE("cannot create the eviction stream; running over budget");
+    return false;
+  }
+  // 1. The copies start after the last work that used each victim.
+  std::vector<std::pair<CUstream, CUevent>> recorded;  // one event per stream per batch
+  bool syncAll = false;
+  size_t evicting = 0;
+  uint32_t chosen[kVictimBatch];
+  for (size_t v = 0; v < count; ++v) {
+    const uint32_t id = victims[v].id;
+    if (id >= buffers_.size()) continue;
+    Buffer& buffer = buffers_[id];
+    if (!buffer.live || buffer.state != State::kResident || buffer.pinned) continue;
+    syncAll |= buffer.manyStreams;
+    for (int i = 0; i < buffer.useCount && !syncAll; ++i) {
+      StreamUse& use = buffer.uses[i];
+      if (use.event != nullptr) {
+        api_.cuStreamWaitEvent(evictStream_, use.event, 0);
+        continue;
+      }
+      auto found = std::find_if(recorded.begin(), recorded.end(),
+                                [&](const auto& r) { return r.first == use.stream; });
+      if (found == recorded.end()) {
+        CUevent event = takeEvent();
+        if (event == nullptr || api_.cuEventRecord(event, use.stream) != CUDA_SUCCESS) {
+          giveEvent(event);
+          syncAll = true;
+          break;
+        }
+        api_.cuStreamWaitEvent(evictStream_, event, 0);
+        recorded.emplace_back(use.stream, event);
+      }
+    }
+    if (buffer.restoreEvent) api_.cuStreamWaitEvent(evictStream_, buffer.restoreEvent, 0);
+    chosen[evicting++] = id;
+  }
+  if (evicting == 0) return false;
+  if (syncAll) api_.cuCtxSynchronize();
+
+  // 2. Copy out what the host does not have yet.
+  uint64_t copied = 0;
+  for (size_t i = 0; i < evicting; ++i) {
+    Buffer& buffer = buffers_[chosen[i]];
+    if (buffer.hostValid) {
+      stats_.cleanEvictions++;
+      continue;
+    }
+    if (buffer.host == nullptr) {
+      buffer.host = takeHost(buffer.mappedBytes, &buffer.hostPinned);
+      if (buffer.host == nullptr) {
+        DELTA_WARN_ONCE("host memory exhausted: cannot evict; running over budget");
+        chosen[i] = AddressMap::kNone;
+        continue;
+      }
+      stats_.hostBytes += buffer.mappedBytes;
+    }
+    CUresult result = api_.cuMemcpyDtoHAsync_v2(buffer.host, buffer.address, buffer.bytes, evictStream_);
+    if (result != CUDA_SUCCESS) {
+      logLine("eviction copy of %llu bytes at 0x%llx failed: %s; the buffer stays resident",
+              (unsigned long long)buffer.bytes, (unsigned long long)buffer.address,
+              resultText(api_, result));
+      chosen[i] = AddressMap::kNone;
+      continue;
+    }
+    copied += buffer.bytes;
+  }
+
+  // 3. Only once the copies are done may the physical memory go.
+  const int64_t waitStart = nowNs();
+  CUevent done = takeEvent();
+  bool copiesDone = done != nullptr && api_.cuEventRecord(done, evictStream_) == CUDA_SUCCESS &&
+                    api_.cuEventSynchronize(done) == CUDA_SUCCESS;
+  giveEvent(done);
+  if (!copiesDone) copiesDone = api_.cuStreamSynchronize(evictStream_) == CUDA_SUCCESS;
+  const int64_t waited = nowNs() - waitStart;
+  stats_.stallNs += static_cast<uint64_t>(waited);
+  for (auto& [stream, event] : recorded) giveEvent(event);
+  if (!copiesDone) {
+    logLine("eviction copies failed to complete; running over budget");
+    return false;
+  }
+  if (copied > 0) {
+    stats_.bytesToHost += copied;
+    policy_->onCopyMeasured(policy::Direction::kDeviceToHost, copied, waited);
+  }
+
+  bool any = false;
+  for (size_t i = 0; i < evicting; ++i) {
+    if (chosen[i] == AddressMap::kNone) continue;
+    Buffer& buffer = buffers_[chosen[i]];
+    api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
+    releasePhysical(buffer.mappedBytes, buffer.handle);
+    buffer.handle = 0;
+    buffer.state = State::kEvicted;
+    buffer.hostValid = true;
+    for (int u = 0; u < buffer.useCount; ++u) giveEvent(buffer.uses[u].event);
+    buffer.useCount = 0;
+    buffer.manyStreams = false;
+    giveEvent(buffer.restoreEvent);
+    buffer.restoreEvent = nullptr;
+    resident_ -= buffer.mappedBytes;
+    stats_.evictions++;
+    policy_->onEvicted(chosen[i], policy::Action::kSwap);
+    any = true;
+  }
+  (void)now;
+  return any;
+}
+
+CUresult Residency::restore(uint32_t id, CUstream stream) {
+  Buffer& buffer = buffers_[id];
+  CUmemGenericAllocationHandle handle = 0;
+  CUresult result = acquirePhysical(buffer.mappedBytes, &handle);
+  if (result != CUDA_SUCCESS) return result;
+  result = mapAt(buffer.address, buffer.mappedBytes, handle);
+  if (result != CUDA_SUCCESS) {
+    releasePhysical(buffer.mappedBytes, handle);
+    return result;
+  }
+  // On the stream of the work that needs it: that work is ordered after the copy.
+  result = api_.cuMemcpyHtoDAsync_v2(buffer.address, buffer.host, buffer.bytes, stream);
+  if (result != CUDA_SUCCESS) {
+    api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
+    releasePhysical(buffer.mappedBytes, handle);
+    return result;
+  }
+  // Other streams that use it before this copy is known to be done must wait for it.
+  CUevent event = takeEvent();
+  if (event != nullptr && api_.cuEventRecord(event, stream) == CUDA_SUCCESS) {
+    buffer.restoreEvent = event;
+    buffer.restoreStream = stream;
+  } else {
+    giveEvent(event);
+    api_.cuStreamSynchronize(stream);
+  }
+  buffer.handle = handle;
+  buffer.state = State::kResident;
+  resident_ += buffer.mappedBytes;
+  stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
+  stats_.restores++;
+  stats_.bytesToDevice += buffer.bytes;
+  policy_->onRestored(id, nowNs());
+  return CUDA_SUCCESS;
+}
+
+// ---- the launch path ----------------------------------------------------------------------
+
+void Residency::addWithLinks(uint32_t id, std::vector<uint32_t>& ids, int depth) {
+  if (std::find(ids.begin(), ids.end(), id) != ids.end()) return;
+  ids.push_back(id);
+  if (depth >= kMaxLinkDepth) return;
+  for (size_t i = 0; i < buffers_[id].linked.size(); ++i) {
+    uint32_t target = buffers_[id].linked[i];
+    if (target < buffers_.size() && buffers_[target].live) addWithLinks(target, ids, depth + 1);
+  }
+}
+
+void Residency::collect(const Touch& touch, std::vector<uint32_t>& ids) {
+  for (size_t i = 0; i < touch.pointerCount; ++i) {
+    uint32_t id = addresses_.find(touch.pointers[i]);
+    if (id != AddressMap::kNone) addWithLinks(id, ids, 0);
+  }
+  if (touch.rangeBytes > 0)
+    addresses_.forEachOverlapping(touch.rangeStart, touch.rangeBytes,
+                                  [&](uint32_t id) { addWithLinks(id, ids, 0); });
+}
+
+void Residency::recordUse(Buffer& buffer, CUstream stream, bool perThreadStream) {
+  if (buffer.manyStreams) return;
+  for (int i = 0; i < buffer.useCount; ++i) {
+    StreamUse& use = buffer.uses[i];
+    if (use.stream != stream) continue;
+    if (perThreadStream) {
+      // The handle means "this thread's stream": only an event recorded now pins it down.
+      if (use.event == nullptr) use.event = takeEvent();
+      if (use.event == nullptr || api_.cuEventRecord(use.event, stream) != CUDA_SUCCESS)
+        buffer.manyStreams = true;
+    }
+    return;
+  }
+  if (buffer.useCount == kMaxStreamUses) {
+    buffer.manyStreams = true;
+    return;
+  }
+  StreamUse& use = buffer.uses[buffer.useCount++];
+  use.stream = stream;
+  use.event = nullptr;
+  if (perThreadStream) {
+    use.event = takeEvent();
+    if (use.event == nullptr || api_.cuEventRecord(use.event, stream) != CUDA_SUCCESS)
+      buffer.manyStreams = true;
+  }
+}
+
+void Residency::orderAfterRestore(Buffer& buffer, CUstream stream) {
+  if (buffer.restoreEvent == nullptr) return;
+  if (api_.cuEventQuery(buffer.restoreEvent) == CUDA_SUCCESS) {
+    giveEvent(buffer.restoreEvent);
+    buffer.restoreEvent = nullptr;
+    return;
+  }
+  if (stream != buffer.restoreStream) api_.cuStreamWaitEvent(stream, buffer.restoreEvent, 0);
+}
+
+CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* touches,
+                            size_t count, const char* what) {
+  std::lock_guard lock(mutex_);
+  if (addresses_.size() == 0) return CUDA_SUCCESS;
+  workingSet_.clear();
+  for (size_t i = 0; i < count; ++i) collect(touches[i], workingSet_);
+  if (workingSet_.empty()) return CUDA_SUCCESS;
+
+  ReentryGuard guard;
+  const int64_t now = nowNs();
+  uint64_t missing = 0;
+  for (uint32_t id : workingSet_)
+    if (buffers_[id].state != State::kResident) missing += buffers_[id].mappedBytes;
+  CUresult result = CUDA_SUCCESS;
+  if (missing > 0) {
+    uint64_t workingBytes = 0;
+    for (uint32_t id : workingSet_) workingBytes += buffers_[id].mappedBytes;
+    result = makeRoom(missing, workingSet_, now);
+    if (result != CUDA_SUCCESS) return result;  // strict: the caller fails the call
+    if (deviceBytes() + missing > config_.budgetBytes) {
+      stats_.overBudgetLaunches++;
+      DELTA_WARN_ONCE("%s needs %llu MiB resident at once, more than DELTA_BUDGET allows with "
+                      "what cannot be evicted; running it over budget (counted; DELTA_STRICT=1 "
+                      "makes this an error)",
+                      what, (unsigned long long)(workingBytes >> 20));
+    }
+    for (uint32_t id : workingSet_) {
+      if (buffers_[id].state == State::kResident) continue;
+      result = restore(id, stream);
+      if (result != CUDA_SUCCESS) {
+        logLine("cannot restore a buffer of %llu bytes at 0x%llx for %s: %s",
+                (unsigned long long)buffers_[id].bytes, (unsigned long long)buffers_[id].address,
+                what, resultText(api_, result));
+        return result;
+      }
+    }
+  }
+  // What the work may write loses its host copy (a kernel may write whatever it reaches).
+  for (size_t t = 0; t < count; ++t) {
+    if (touches[t].kind == UseKind::kRead) continue;
+    if (touches[t].kind == UseKind::kKernel || count == 1) {
+      for (uint32_t id : workingSet_) buffers_[id].hostValid = false;
+      break;
+    }
+    writtenScratch_.clear();
+    collect(touches[t], writtenScratch_);
+    for (uint32_t id : writtenScratch_) buffers_[id].hostValid = false;
+  }
+  for (uint32_t id : workingSet_) {
+    Buffer& buffer = buffers_[id];
+    orderAfterRestore(buffer, stream);
+    recordUse(buffer, stream, perThreadStream);
+  }
+  stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
+  policy::Launch launch;
+  launch.now_ns = now;
+  launch.stream = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(stream));
+  launch.buffers = std::span<const policy::BufferId>(workingSet_.data(), workingSet_.size());
+  policy_->onLaunch(launch);
+  return CUDA_SUCCESS;
+}
+
+void Residency::prepareEverything(CUstream stream, bool perThreadStream) {
+  std::vector<uint64_t> all;
+  {
+    std::lock_guard lock(mutex_);
+    stats_.unanalysedLaunches++;
+    for (const Buffer& buffer : buffers_)
+      if (buffer.live) all.push_back(buffer.address);
+  }
+  Touch touch;
+  touch.pointers = all.data();
+  touch.pointerCount = all.size();
+  prepare(stream, perThreadStream, &touch, 1, "a launch that cannot be analysed");
+}
+
+void Residency::linkPointerTable(CUdeviceptr destination, const void* source, size_t bytes) {
+  std::lock_guard lock(mutex_);
+  uint32_t table = addresses_.find(destination);
+  if (table == AddressMap::kNone) return;
+  const auto* words = static_cast<const unsigned char*>(source);
+  for (size_t offset = 0; offset + 8 <= bytes; offset += 8) {
+    uint64_t value;
+    std::memcpy(&value, words + offset, 8);
+    uint32_t target = addresses_.find(value);
+    if (target == AddressMap::kNone || target == table) continue;
+    auto& linked = buffers_[table].linked;
+    if (std::find(linked.begin(), linked.end(), target) == linked.end()) linked.push_back(target);
+  }
+}
+
+bool Residency::pin(CUdeviceptr address, bool pinned) {
+  std::lock_guard lock(mutex_);
+  uint32_t id = addresses_.find(address);
+  if (id == AddressMap::kNone) return false;
+  buffers_[id].pinned = pinned;
+  policy_->onPinned(id, pinned);
+  return true;
+}
+
+Stats Residency::stats() {
+  std::lock_guard lock(mutex_);
+  Stats copy = stats_;
+  copy.residentBytes = resident_;
+  copy.liveBuffers = addresses_.size();
+  return copy;
+}
+
+}  // namespace delta::shim

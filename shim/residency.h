@@ -1,0 +1,188 @@
+// The residency manager: owns every managed buffer and keeps the physical memory they hold
+// within the budget.
+//
+// A managed buffer is a reserved device address range that lives as long as the buffer.
+// Physical memory (one cuMemCreate handle of the rounded size) is mapped under it while it
+// is resident; evicting copies the contents to host memory on a dedicated stream, after the
+// last work that used it, then unmaps and releases the physical memory; restoring maps new
+// physical memory at the same address and copies the contents back on the stream of the
+// work that needs them, so that work is ordered after the copy.
+//
+// Costs, when nothing must move: a launch takes the lock once, looks each candidate pointer
+// up in the address map (O(log n)), and tells the policy (O(buffers of the launch)); no CUDA
+// call, no allocation once the per-launch scratch vectors have grown.
+//
+// Locking: one mutex. It is held across the driver calls that evict and restore, because
+// those must be atomic with respect to other launches' view of the buffers. Those calls
+// run under ReentryGuard, so the CUPTI callbacks they raise return at once and cannot take
+// the lock again.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "policy/policy.h"
+#include "shim/address_map.h"
+#include "shim/real_api.h"
+
+namespace delta::shim {
+
+struct ResidencyConfig {
+  uint64_t budgetBytes = 0;
+  uint64_t hostLimitBytes = 0;
+  bool strict = false;
+  const char* policyName = "delta";
+};
+
+struct Stats {
+  uint64_t allocations = 0;
+  uint64_t frees = 0;
+  uint64_t evictions = 0;
+  uint64_t restores = 0;
+  uint64_t bytesToHost = 0;
+  uint64_t bytesToDevice = 0;
+  uint64_t cleanEvictions = 0;  // no copy needed: the host copy was still valid
+  uint64_t stallNs = 0;         // host time spent waiting for evictions to finish
+  uint64_t overBudgetLaunches = 0;
+  uint64_t unanalysedLaunches = 0;
+  uint64_t residentBytes = 0;
+  uint64_t peakResidentBytes = 0;
+  uint64_t hostBytes = 0;
+  uint64_t pageableFallbacks = 0;
+  uint64_t liveBuffers = 0;
+};
+
+// What a launch, copy or memset is about to touch.
+enum class UseKind : uint8_t {
+  kKernel,    // may read and write every buffer it touches
+  kRead,      // only reads (source of a copy)
+  kWrite,     // writes (destination of a copy or memset)
+};
+
+class Residency {
+ public:
+  Residency(const DriverApi& api, const ResidencyConfig& config,
+            std::unique_ptr<policy::Policy> policy, uint64_t granularity);
+
+  // cuMemAlloc for a managed buffer. CUDA_ERROR_OUT_OF_MEMORY when even eviction cannot
+  // make room (strict), or the device is really full.
+  CUresult allocate(size_t bytes, CUdeviceptr* out);
+  // True and frees when `address` is a managed buffer's start; false: not ours.
+  bool free(CUdeviceptr address);
+  bool owns(CUdeviceptr address);
+
+  // Before work is enqueued on `stream`: makes every managed buffer in the candidate
+  // address lists resident, ordered before the work on that stream, and records the use.
+  // `perThreadStream`: the stream handle means the calling thread's default stream.
+  struct Touch {
+    const uint64_t* pointers = nullptr;  // candidate values (interior pointers allowed)
+    size_t pointerCount = 0;
+    uint64_t rangeStart = 0;  // or one address range (copies and memsets)
+    uint64_t rangeBytes = 0;
+    UseKind kind = UseKind::kKernel;
+  };
+  CUresult prepare(CUstream stream, bool perThreadStream, const Touch* touches, size_t count,
+                   const char* what);
+  // A launch that could not be analysed: every evicted buffer is brought back (over budget
+  // if it must be) so that whatever it touches is there.
+  void prepareEverything(CUstream stream, bool perThreadStream);
+  // A small host-to-device copy into a managed buffer: pointer values found in `source`
+  // that fall in managed buffers are linked to the destination, so that a launch touching
+  // the destination (a table of pointers) also brings them back.
+  void linkPointerTable(CUdeviceptr destination, const void* source, size_t bytes);
+
+  // Never evicted while pinned (IPC exports, collectives, the public API).
+  bool pin(CUdeviceptr address, bool pinned);
+
+  Stats stats();
+  uint64_t budget() const { return config_.budgetBytes; }
+
+ private:
+  enum class State : uint8_t { kResident, kEvicted };
+  struct StreamUse {
+    CUstream stream = nullptr;
+    CUevent event = nullptr;  // recorded at use time (per-thread streams), else recorded later
+  };
+  static constexpr int kMaxStreamUses = 4;
+  struct Buffer {
+    bool live = false;
+    CUdeviceptr address = 0;
+    uint64_t bytes = 0;        // as asked
+    uint64_t mappedBytes = 0;  // rounded to the granularity
+    CUmemGenericAllocationHandle handle = 0;
+    State state = State::kResident;
+    void* host = nullptr;      // host copy (pinned from the host pool, or pageable)
+    bool hostPinned = false;
+    bool hostValid = false;    // host copy equals the device contents
+    bool pinned = false;
+    StreamUse uses[kMaxStreamUses];
+    int useCount = 0;
+    bool manyStreams = false;  // used on more streams than tracked: evicting syncs the device
+    CUevent restoreEvent = nullptr;  // restore copy still possibly in flight
+    CUstream restoreStream = nullptr;
+    std::vector<uint32_t> linked;  // buffers reached through a pointer table stored in this one
+  };
+  struct Quarantined {  // freed, but work that used it may still run
+    CUdeviceptr address;
+    uint64_t mappedBytes;
+    CUmemGenericAllocationHandle handle;  // 0 when it was evicted
+    void* host;
+    bool hostPinned;
+    uint64_t hostBytes;
+    std::vector<CUevent> events;
+  };
+
+  uint64_t deviceBytes() const { return resident_ + pooled_ + quarantinedBytes_; }
+  CUresult makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now);
+  bool evict(const policy::Victim* victims, size_t count, int64_t now);
+  CUresult restore(uint32_t id, CUstream stream);
+  CUresult acquirePhysical(uint64_t bytes, CUmemGenericAllocationHandle* handle);
+  void releasePhysical(uint64_t bytes, CUmemGenericAllocationHandle handle);
+  void trimPool(uint64_t bytes);
+  CUresult mapAt(CUdeviceptr address, uint64_t bytes, CUmemGenericAllocationHandle handle);
+  bool reclaimQuarantine(bool wait);
+  void recordUse(Buffer& buffer, CUstream stream, bool perThreadStream);
+  void orderAfterRestore(Buffer& buffer, CUstream stream);
+  void* takeHost(uint64_t bytes, bool* pinned);
+  void giveHost(void* host, uint64_t bytes, bool pinned);
+  CUevent takeEvent();
+  void giveEvent(CUevent event);
+  void collect(const Touch& touch, std::vector<uint32_t>& ids);
+  void addWithLinks(uint32_t id, std::vector<uint32_t>& ids, int depth);
+
+  const DriverApi& api_;
+  const ResidencyConfig config_;
+  const uint64_t granularity_;
+  std::unique_ptr<policy::Policy> policy_;
+
+  std::mutex mutex_;
+  AddressMap addresses_;
+  std::vector<Buffer> buffers_;    // by policy id
+  std::vector<uint32_t> freeIds_;
+  uint64_t resident_ = 0;
+  uint64_t pooled_ = 0;
+  uint64_t quarantinedBytes_ = 0;
+  uint64_t pinnedHostBytes_ = 0;
+  std::multimap<uint64_t, CUmemGenericAllocationHandle> pool_;  // physical handles to reuse
+  std::multimap<uint64_t, CUdeviceptr> addressCache_;            // reservations to reuse
+  std::multimap<uint64_t, void*> hostCache_;                     // pinned host blocks to reuse
+  std::vector<Quarantined> quarantine_;
+  std::vector<CUevent> eventPool_;
+  CUstream evictStream_ = nullptr;
+  Stats stats_;
+
+  // Scratch for the launch path, reused so that it does not allocate once grown.
+  std::vector<uint32_t> workingSet_;
+  std::vector<uint32_t> writtenScratch_;
+  std::vector<policy::BufferId> keepIds_;
+};
+
+int64_t nowNs();
+
+}  // namespace delta::shim

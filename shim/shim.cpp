@@ -1,0 +1,125 @@
+#include "shim/shim.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "policy/policy_factory.h"
+#include "shim/cupti_switchboard.h"
+#include "shim/log.h"
+#include "shim/reentry_guard.h"
+
+extern char** environ;
+
+namespace delta::shim {
+
+Shim& Shim::instance() {
+  // Never destroyed: interposed calls may arrive from other threads during exit.
+  static Shim* shim = new Shim;
+  return *shim;
+}
+
+void Shim::configure() {
+  std::string error;
+  if (!parseOptions(environ, options_, error)) {
+    std::string line = error + "\n";
+    ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+    (void)ignored;
+    _exit(1);
+  }
+  setVerbosity(options_.verbose);
+  if (options_.disabled) passThrough_.store(true);
+  if (options_.verbose >= 1) {
+    std::string text = describeOptions(options_);
+    ssize_t ignored = write(STDERR_FILENO, text.data(), text.size());
+    (void)ignored;
+  }
+}
+
+Residency* Shim::activate() {
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  if (Residency* residency = residency_.load()) return residency;
+  if (passThrough_.load()) return nullptr;
+  ReentryGuard guard;
+  auto giveUp = [this](const char* why) -> Residency* {
+    if (why) logLine("%s", why);
+    passThrough_.store(true);
+    return nullptr;
+  };
+  // No driver or no device: exactly what the program would see without us, so silently.
+  if (!loadDriver(driver_)) return giveUp(nullptr);
+  if (driver_.cuInit(0) != CUDA_SUCCESS) return giveUp(nullptr);
+  CUdevice device = 0;
+  size_t deviceBytes = 0;
+  if (driver_.cuDeviceGet(&device, 0) != CUDA_SUCCESS ||
+      driver_.cuDeviceTotalMem_v2(&deviceBytes, device) != CUDA_SUCCESS)
+    return giveUp(nullptr);
+  if (options_.mode == Options::Mode::kUvm)
+    return giveUp("DELTA_MODE=uvm is not available in this build; passing everything through");
+
+  uint64_t budget = 0, hostLimit = 0;
+  std::string error;
+  if (!resolveOptions(options_, deviceBytes, readHostMemoryBytes(), budget, hostLimit, error)) {
+    std::string line = error + "\n";
+    ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+    (void)ignored;
+    _exit(1);
+  }
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  size_t granularity = 0;
+  if (driver_.cuMemGetAllocationGranularity(&granularity, &prop,
+                                            CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) != CUDA_SUCCESS ||
+      granularity == 0)
+    return giveUp("the driver does not support virtual memory management; passing everything through");
+
+  policy::PolicyConfig policyConfig;
+  policyConfig.max_buffers = 1u << 18;
+  policy::PolicyResult made = policy::makePolicy(options_.policy, policyConfig);
+  if (!made.policy) {
+    logLine("DELTA_POLICY: %s", made.error.c_str());
+    _exit(1);
+  }
+  ResidencyConfig config;
+  config.budgetBytes = budget;
+  config.hostLimitBytes = hostLimit;
+  config.strict = options_.strict;
+  auto* residency = new Residency(driver_, config, std::move(made.policy), granularity);
+  CuptiStatus cupti = subscribeCupti(options_.cuptiPath, driver_, *residency);
+  if (!cupti.subscribed) {
+    // Without seeing launches, evicting anything could let a kernel touch a missing buffer.
+    delete residency;
+    return giveUp(cupti.message.c_str());
+  }
+  logVerbose(1, "active: budget %llu MiB of %llu MiB, policy %s, host limit %llu MiB",
+             (unsigned long long)(budget >> 20), (unsigned long long)(deviceBytes >> 20),
+             options_.policy.c_str(), (unsigned long long)(hostLimit >> 20));
+  if (options_.verbose >= 1) std::atexit([] { Shim::instance().printSummary(); });
+  residency_.store(residency, std::memory_order_release);
+  return residency;
+}
+
+void Shim::printSummary() {
+  Residency* residency = residency_.load();
+  if (residency == nullptr) return;
+  Stats s = residency->stats();
+  auto mib = [](uint64_t bytes) { return static_cast<unsigned long long>(bytes >> 20); };
+  logLine("summary: budget %llu MiB, peak resident %llu MiB, %llu buffers allocated, %llu freed",
+          mib(residency->budget()), mib(s.peakResidentBytes), (unsigned long long)s.allocations,
+          (unsigned long long)s.frees);
+  logLine("summary: %llu evictions (%llu without a copy), %llu restores, %llu MiB to host, "
+          "%llu MiB back to device",
+          (unsigned long long)s.evictions, (unsigned long long)s.cleanEvictions,
+          (unsigned long long)s.restores, mib(s.bytesToHost), mib(s.bytesToDevice));
+  logLine("summary: %.3f s waiting for evictions, %llu launches over budget, %llu launches not "
+          "analysed, %llu pageable host fallbacks",
+          s.stallNs / 1e9, (unsigned long long)s.overBudgetLaunches,
+          (unsigned long long)s.unanalysedLaunches, (unsigned long long)s.pageableFallbacks);
+}
+
+}  // namespace delta::shim
