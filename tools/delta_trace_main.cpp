@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tools/replay_commands.h"
+#include "tools/trace_commands.h"
 
 namespace {
 
@@ -21,6 +22,10 @@ constexpr Subcommand kCommands[] = {
     {"replay", "replay a trace through one policy and budget", delta::tools::replayCommand},
     {"sweep", "replay traces under several policies and budgets (table or CSV)", delta::tools::sweepCommand},
     {"maxbatch", "largest batch factor within a budget and an overhead", delta::tools::maxbatchCommand},
+    {"summary", "peaks, traffic, stalls and over-budget launches of a trace", delta::tools::summaryCommand},
+    {"export", "a trace as Chrome trace-event JSON (--chrome FILE -o out.json)", delta::tools::exportCommand},
+    {"plot", "a trace's memory timeline as an SVG (FILE -o memory.svg)", delta::tools::plotCommand},
+    {"diff", "two traces of the same job side by side", delta::tools::diffCommand},
 };
 
 void printUsage(std::FILE* out) {
