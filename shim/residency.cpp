@@ -156,6 +156,13 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
     freeIds_.push_back(id);
     return room;
   }
+  if (deviceBytes() + mapped > config_.budgetBytes) {
+    stats_.overBudgetAllocations++;
+    DELTA_WARN_ONCE("an allocation of %llu MiB does not fit in DELTA_BUDGET even after evicting "
+                    "what the policy allows; allocating over budget (counted; DELTA_STRICT=1 "
+                    "makes this an out-of-memory error)",
+                    (unsigned long long)(mapped >> 20));
+  }
   CUdeviceptr address = 0;
   if (auto it = addressCache_.find(mapped); it != addressCache_.end()) {
     address = it->second;

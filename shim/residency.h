@@ -50,6 +50,7 @@ struct Stats {
   uint64_t cleanEvictions = 0;  // no copy needed: the host copy was still valid
   uint64_t stallNs = 0;         // host time spent waiting for evictions to finish
   uint64_t overBudgetLaunches = 0;
+  uint64_t overBudgetAllocations = 0;  // allocations made when nothing more could be evicted
   uint64_t unanalysedLaunches = 0;
   uint64_t residentBytes = 0;
   uint64_t peakResidentBytes = 0;

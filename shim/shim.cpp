@@ -120,6 +120,15 @@ void Shim::printSummary() {
           "analysed, %llu pageable host fallbacks",
           s.stallNs / 1e9, (unsigned long long)s.overBudgetLaunches,
           (unsigned long long)s.unanalysedLaunches, (unsigned long long)s.pageableFallbacks);
+  // The same in one machine-readable line, for scripts and tests.
+  logLine("stats budget_bytes=%llu peak_resident_bytes=%llu evictions=%llu restores=%llu "
+          "bytes_to_host=%llu bytes_to_device=%llu over_budget_launches=%llu "
+          "over_budget_allocations=%llu unanalysed_launches=%llu stall_ns=%llu",
+          (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
+          (unsigned long long)s.evictions, (unsigned long long)s.restores,
+          (unsigned long long)s.bytesToHost, (unsigned long long)s.bytesToDevice,
+          (unsigned long long)s.overBudgetLaunches, (unsigned long long)s.overBudgetAllocations,
+          (unsigned long long)s.unanalysedLaunches, (unsigned long long)s.stallNs);
 }
 
 }  // namespace delta::shim

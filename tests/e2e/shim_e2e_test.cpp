@@ -1,0 +1,260 @@
+// End-to-end tests of libdelta.so: real programs on the CPU CUDA platform (cudasim), run
+// under a real LD_PRELOAD, compared with the same runs without the shim.
+//
+// What must hold for every run under a budget: the same checksum as without the shim (every
+// evicted buffer came back bit-exact), the platform's fault detector never fired (no kernel
+// or copy touched an evicted buffer), and resident managed bytes never passed the budget
+// except in launches the shim counted as over budget.
+//
+// Arguments (from meson): the train-mlp binary, libdelta.so.
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+std::string gWorkload;
+std::string gShim;
+
+struct Outcome {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out;
+  std::string err;
+  std::map<std::string, std::string> values;  // "key: value" lines of stdout
+  std::map<std::string, unsigned long long> stats;  // "libdelta: stats k=v ..." of stderr
+
+  std::string checksum() const {
+    auto it = values.find("checksum");
+    return it == values.end() ? "" : it->second;
+  }
+  unsigned long long stat(const std::string& key) const {
+    auto it = stats.find(key);
+    return it == stats.end() ? ~0ull : it->second;
+  }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Runs `argv` with the test's environment plus `extra` (NAME=value; NAME= removes NAME).
+Outcome run(const std::vector<std::string>& argv, const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string entry = *e;
+    std::string name = entry.substr(0, entry.find('='));
+    if (name.rfind("DELTA_", 0) == 0 || name == "LD_PRELOAD" || name.rfind("CUDASIM_", 0) == 0)
+      continue;  // only what the test sets
+    env.push_back(entry);
+  }
+  for (const std::string& entry : extra)
+    if (entry.back() != '=') {
+      env.push_back(entry);
+    }
+  std::vector<char*> envp, args;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argvCopy = argv;
+  for (auto& a : argvCopy) args.push_back(a.data());
+  args.push_back(nullptr);
+
+  char outPath[] = "/tmp/delta-e2e-out-XXXXXX";
+  char errPath[] = "/tmp/delta-e2e-err-XXXXXX";
+  int outFd = mkstemp(outPath);
+  int errFd = mkstemp(errPath);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, outFd, 1);
+  posix_spawn_file_actions_adddup2(&actions, errFd, 2);
+  pid_t pid;
+  Outcome result;
+  if (posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data()) == 0) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  close(outFd);
+  close(errFd);
+  result.out = slurp(outPath);
+  result.err = slurp(errPath);
+  unlink(outPath);
+  unlink(errPath);
+
+  std::istringstream lines(result.out);
+  for (std::string line; std::getline(lines, line);) {
+    auto colon = line.find(": ");
+    if (colon != std::string::npos) result.values[line.substr(0, colon)] = line.substr(colon + 2);
+  }
+  std::istringstream errLines(result.err);
+  for (std::string line; std::getline(errLines, line);) {
+    if (line.rfind("libdelta: stats ", 0) != 0) continue;
+    std::istringstream fields(line.substr(16));
+    for (std::string field; fields >> field;) {
+      auto eq = field.find('=');
+      if (eq != std::string::npos)
+        result.stats[field.substr(0, eq)] = std::stoull(field.substr(eq + 1));
+    }
+  }
+  return result;
+}
+
+std::vector<std::string> workload(const std::string& peak, int iters = 3) {
+  return {gWorkload, "--peak", peak, "--iters", std::to_string(iters), "--seed", "7"};
+}
+
+std::vector<std::string> underShim(std::vector<std::string> extra) {
+  extra.push_back("LD_PRELOAD=" + gShim);
+  extra.push_back("DELTA_VERBOSE=1");
+  return extra;
+}
+
+// The run without the shim, once per peak.
+const Outcome& baseline(const std::string& peak) {
+  static std::map<std::string, Outcome> runs;
+  auto it = runs.find(peak);
+  if (it == runs.end()) it = runs.emplace(peak, run(workload(peak), {})).first;
+  return it->second;
+}
+
+void expectSameResultsWithinBudget(const Outcome& shimmed, const Outcome& plain, unsigned long long budget) {
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(shimmed.status, 0) << shimmed.err;
+  EXPECT_EQ(shimmed.err.find("cudasim: illegal address"), std::string::npos) << shimmed.err;
+  ASSERT_FALSE(plain.checksum().empty());
+  EXPECT_EQ(shimmed.checksum(), plain.checksum());
+  EXPECT_EQ(shimmed.values.at("loss"), plain.values.at("loss"));
+  ASSERT_NE(shimmed.stat("peak_resident_bytes"), ~0ull) << "no stats line:\n" << shimmed.err;
+  EXPECT_EQ(shimmed.stat("budget_bytes"), budget);
+  if (shimmed.stat("over_budget_launches") == 0 && shimmed.stat("over_budget_allocations") == 0) {
+    EXPECT_LE(shimmed.stat("peak_resident_bytes"), budget);
+  }
+}
+
+constexpr unsigned long long kMiB = 1ull << 20;
+
+TEST(ShimEndToEnd, NoPressureMeansNoMovement) {
+  Outcome shimmed = run(workload("64M"), underShim({"DELTA_BUDGET=1G"}));
+  expectSameResultsWithinBudget(shimmed, baseline("64M"), 1024 * kMiB);
+  EXPECT_EQ(shimmed.stat("evictions"), 0u);
+  EXPECT_EQ(shimmed.stat("restores"), 0u);
+}
+
+TEST(ShimEndToEnd, EvictsAndRestoresBitExactUnderABudget) {
+  Outcome shimmed = run(workload("64M"), underShim({"DELTA_BUDGET=40M"}));
+  expectSameResultsWithinBudget(shimmed, baseline("64M"), 40 * kMiB);
+  EXPECT_GT(shimmed.stat("evictions"), 0u);
+  EXPECT_GT(shimmed.stat("restores"), 0u);
+  EXPECT_EQ(shimmed.stat("over_budget_launches"), 0u);
+}
+
+TEST(ShimEndToEnd, TightBudgetRunsOverBudgetOnlyWhereItMustAndCountsIt) {
+  // One launch of this workload touches about 36 MiB: a 24 MiB budget cannot hold it.
+  Outcome shimmed = run(workload("64M"), underShim({"DELTA_BUDGET=24M"}));
+  expectSameResultsWithinBudget(shimmed, baseline("64M"), 24 * kMiB);
+  EXPECT_GT(shimmed.stat("over_budget_launches"), 0u);
+  EXPECT_NE(shimmed.err.find("running it over budget"), std::string::npos) << shimmed.err;
+}
+
+TEST(ShimEndToEnd, EveryPolicyKeepsResultsBitExact) {
+  Outcome plain = run(workload("64M", 2), {});
+  for (const char* policy : {"lru", "swap-only", "delta"}) {
+    SCOPED_TRACE(policy);
+    Outcome shimmed = run(workload("64M", 2),
+                          underShim({"DELTA_BUDGET=40M", std::string("DELTA_POLICY=") + policy}));
+    expectSameResultsWithinBudget(shimmed, plain, 40 * kMiB);
+    EXPECT_GT(shimmed.stat("evictions"), 0u);
+  }
+  // dtr only ever recomputes, and nothing here can be recomputed: it must run over budget,
+  // counted, with the results intact.
+  Outcome dtr = run(workload("64M", 2), underShim({"DELTA_BUDGET=40M", "DELTA_POLICY=dtr"}));
+  expectSameResultsWithinBudget(dtr, plain, 40 * kMiB);
+  EXPECT_EQ(dtr.stat("evictions"), 0u);
+  EXPECT_GT(dtr.stat("over_budget_allocations"), 0u);
+}
+
+TEST(ShimEndToEnd, RuntimeDomainCallbacksAloneAreEnough) {
+  // A real driver may raise no driver-domain callback for the runtime's own driver calls.
+  Outcome shimmed = run(workload("64M"),
+                    underShim({"DELTA_BUDGET=40M", "CUDASIM_CUPTI_DRIVER_CALLBACKS=0"}));
+  expectSameResultsWithinBudget(shimmed, baseline("64M"), 40 * kMiB);
+  EXPECT_GT(shimmed.stat("evictions"), 0u);
+}
+
+TEST(ShimEndToEnd, DisabledPassesEverythingThrough) {
+  Outcome shimmed = run(workload("64M"), underShim({"DELTA_BUDGET=24M", "DELTA_DISABLE=1"}));
+  ASSERT_EQ(shimmed.status, 0) << shimmed.err;
+  EXPECT_EQ(shimmed.checksum(), baseline("64M").checksum());
+  EXPECT_EQ(shimmed.err.find("libdelta: stats"), std::string::npos) << shimmed.err;
+}
+
+TEST(ShimEndToEnd, BadOptionStopsTheJobWithOneLine) {
+  struct Case {
+    const char* setting;
+    const char* names;
+  } cases[] = {
+      {"DELTA_BUDGET=12 parsecs", "DELTA_BUDGET='12 parsecs'"},
+      {"DELTA_BUDGET=-5G", "DELTA_BUDGET='-5G'"},
+      {"DELTA_BUDGET=150%", "DELTA_BUDGET='150%'"},
+      {"DELTA_POLICY=fifo", "DELTA_POLICY='fifo'"},
+      {"DELTA_BUDGTE=1G", "DELTA_BUDGET"},
+      {"DELTA_BUDGET=64T", "DELTA_BUDGET='64TiB'"},  // more than the device: found at start-up
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.setting);
+    Outcome shimmed = run(workload("8M", 1), {std::string("LD_PRELOAD=") + gShim, c.setting});
+    EXPECT_NE(shimmed.status, 0);
+    EXPECT_EQ(shimmed.err.find("libdelta: "), 0u) << shimmed.err;
+    EXPECT_NE(shimmed.err.find(c.names), std::string::npos) << shimmed.err;
+    EXPECT_EQ(std::count(shimmed.err.begin(), shimmed.err.end(), '\n'), 1) << shimmed.err;
+    EXPECT_EQ(shimmed.values.count("checksum"), 0u);
+  }
+}
+
+TEST(ShimEndToEnd, NoDeviceFailsExactlyAsWithoutTheShim) {
+  Outcome plain = run(workload("8M", 1), {"CUDASIM_DEVICE_COUNT=0"});
+  Outcome shimmed = run(workload("8M", 1),
+                        {"LD_PRELOAD=" + gShim, "CUDASIM_DEVICE_COUNT=0", "DELTA_BUDGET=4M"});
+  EXPECT_NE(plain.status, 0);
+  EXPECT_EQ(shimmed.status, plain.status);
+  EXPECT_EQ(shimmed.out, plain.out);
+  EXPECT_EQ(shimmed.err, plain.err);
+}
+
+TEST(ShimEndToEnd, CuptiTakenByAnotherToolMeansOneLineAndPassThrough) {
+  Outcome shimmed = run(workload("64M"),
+                    underShim({"DELTA_BUDGET=24M", "CUDASIM_CUPTI_HELD_BY=Nsight Systems"}));
+  ASSERT_EQ(shimmed.status, 0) << shimmed.err;
+  EXPECT_EQ(shimmed.checksum(), baseline("64M").checksum());
+  EXPECT_NE(shimmed.err.find("CUPTI is already in use by Nsight Systems"), std::string::npos)
+      << shimmed.err;
+  EXPECT_EQ(shimmed.err.find("libdelta: stats"), std::string::npos);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s TRAIN_MLP LIBDELTA_SO\n", argv[0]);
+    return 2;
+  }
+  gWorkload = argv[1];
+  gShim = argv[2];
+  return RUN_ALL_TESTS();
+}
