@@ -1,5 +1,5 @@
-// Benchmarks: the policy's hot-path call (choose victims among 1k and 100k resident buffers,
-// plus onLaunch) and the simulator's speed on a synthetic training iteration and, when
+// Benchmarks: the policy's hot-path call (choose victims among 1k and 100k resident buffers:
+// sizes and costs alike, or spread over every size/cost bucket; plus onLaunch) and the simulator's speed on a synthetic training iteration and, when
 // ../shared is present, on a real DTR trace (skipped with a message otherwise).
 #include <benchmark/benchmark.h>
 
@@ -31,6 +31,36 @@ void BM_ChooseVictims(benchmark::State& state, const char* name) {
   for (auto _ : state) {
     EvictRequest req;
     req.bytes = 8u << 20;
+    req.now_ns = ++now;
+    req.keep = keep;
+    benchmark::DoNotOptimize(p.policy->chooseVictims(req, out));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// The worst case for the bucketed index: sizes from 4 KiB to 1 GiB and recompute costs over six
+// decades, so that hundreds of buckets are non-empty and each call rates every bucket's top.
+void BM_ChooseVictimsSpread(benchmark::State& state, const char* name) {
+  const auto n = static_cast<std::uint32_t>(state.range(0));
+  PolicyConfig config;
+  config.max_buffers = n;
+  config.max_launches = 1024;
+  config.max_uses = 4096;
+  PolicyResult p = makePolicy(name, config);
+  std::uint64_t x = 88172645463325252ull;  // xorshift: deterministic spread
+  for (BufferId id = 0; id < n; ++id) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    p.policy->onAlloc(id, std::uint64_t{4096} << (x % 19), id);
+    p.policy->onRecomputable(id, (x >> 8) % 7 == 0 ? kUnknownNs : static_cast<std::int64_t>(1000u << ((x >> 16) % 20)));
+  }
+  std::array<Victim, 16> out{};
+  std::array<BufferId, 4> keep = {0, 1, 2, 3};
+  std::int64_t now = n;
+  for (auto _ : state) {
+    EvictRequest req;
+    req.bytes = 64u << 20;
     req.now_ns = ++now;
     req.keep = keep;
     benchmark::DoNotOptimize(p.policy->chooseVictims(req, out));
@@ -115,6 +145,8 @@ void BM_SimulateDtrTrace(benchmark::State& state) {
 BENCHMARK_CAPTURE(BM_ChooseVictims, delta, "delta")->Arg(1000)->Arg(100000);
 BENCHMARK_CAPTURE(BM_ChooseVictims, lru, "lru")->Arg(1000)->Arg(100000);
 BENCHMARK_CAPTURE(BM_ChooseVictims, dtr, "dtr")->Arg(1000)->Arg(100000);
+BENCHMARK_CAPTURE(BM_ChooseVictimsSpread, delta, "delta")->Arg(1000)->Arg(100000);
+BENCHMARK_CAPTURE(BM_ChooseVictimsSpread, dtr, "dtr")->Arg(1000)->Arg(100000);
 BENCHMARK(BM_OnLaunch);
 BENCHMARK_CAPTURE(BM_SimulateSynthetic, delta, "delta")->Arg(100)->Arg(1000);
 BENCHMARK_CAPTURE(BM_SimulateSynthetic, belady, "belady")->Arg(100);

@@ -28,7 +28,10 @@ void AccessPattern::onIteration(std::int64_t now_ns) {
 void AccessPattern::boundary(std::int64_t now_ns) {
   if (started_ && position_ > 0) {
     recording_->finish(now_ns - iteration_start_ns_);
-    if (recording_->ready()) std::swap(learned_, recording_);
+    if (recording_->ready()) {
+      std::swap(learned_, recording_);
+      ++generation_;
+    }
   }
   recording_->clear();
   started_ = true;

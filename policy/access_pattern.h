@@ -28,6 +28,8 @@ class AccessPattern {
   // Launches seen since the iteration began: the position of the next launch.
   std::uint32_t position() const { return position_; }
   std::int64_t iterationStartNs() const { return iteration_start_ns_; }
+  // Changes whenever a newly learned iteration replaces the schedule (predictions all change).
+  std::uint32_t generation() const { return generation_; }
 
  private:
   static constexpr std::uint32_t kMinPeriod = 8;
@@ -43,6 +45,7 @@ class AccessPattern {
   std::uint64_t alloc_since_launch_ = 0;
   std::int64_t iteration_start_ns_ = 0;
   std::uint32_t position_ = 0;
+  std::uint32_t generation_ = 0;
   bool started_ = false;
   bool markers_ = false;  // the caller gives iteration markers: do not detect
 };

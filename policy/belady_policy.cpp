@@ -11,8 +11,14 @@ BeladyPolicy::BeladyPolicy(const PolicyConfig& config, const UseSchedule& future
     : Policy(config), future_(future) {}
 
 void BeladyPolicy::onLaunch(const Launch& launch) {
+  ++position_;  // first: the launch's buffers are ranked by their use after this one
   Policy::onLaunch(launch);
-  ++position_;
+}
+
+double BeladyPolicy::rankKey(BufferId id, const BufferState& state) const {
+  const std::int64_t next_use = future_.nextUseNs(id, position_);
+  if (next_use == kUnknownNs) return std::numeric_limits<double>::max();
+  return static_cast<double>(state.last_use_ns + next_use);  // absolute: farthest first
 }
 
 void BeladyPolicy::onIteration(std::int64_t) { position_ = 0; }

@@ -21,6 +21,7 @@ class BeladyPolicy : public Policy {
 
  protected:
   Rating rate(BufferId id, const BufferState& state, const EvictRequest& request) const override;
+  double rankKey(BufferId id, const BufferState& state) const override;
 
  private:
   UseSchedule future_;

@@ -1,6 +1,6 @@
 // Per-buffer state every policy keeps (size, last use, recompute cost, residency), plus a dense
-// list of the resident buffers so that choosing victims scans only those. Storage is sized once
-// at construction; every update is O(1) and never allocates.
+// list of the resident buffers (to re-rank them all; victims come from CandidateIndex).
+// Storage is sized once at construction; every update is O(1) and never allocates.
 #pragma once
 
 #include <cstdint>

@@ -5,8 +5,10 @@
 
 namespace delta::policy {
 
-std::int64_t Director::swapCostNs(std::uint64_t bytes, std::int64_t next_use_ns,
-                                  const EvictRequest& request, const CostModel& costs) {
+std::int64_t Director::swapCostNs(std::uint64_t bytes, UseSchedule::NextUse next, const EvictRequest& request,
+                                  const CostModel& costs, std::int64_t owed_restore_ns,
+                                  double recent_restore_ns, std::int64_t period_ns,
+                                  double on_demand_share) {
   const std::int64_t d2h = costs.transferNs(Direction::kDeviceToHost, bytes);
   const std::int64_t h2d = costs.transferNs(Direction::kHostToDevice, bytes);
   auto backlog = [&](std::int64_t busy_until) { return std::max<std::int64_t>(0, busy_until - request.now_ns); };
@@ -15,26 +17,45 @@ std::int64_t Director::swapCostNs(std::uint64_t bytes, std::int64_t next_use_ns,
   const std::int64_t out_done = backlog(request.d2h_busy_until_ns) + d2h;
   const std::int64_t visible_out =
       request.urgent ? out_done : std::max<std::int64_t>(0, out_done - request.not_before_ns);
-  // The restore queues behind the restores already issued: a saturated link hides nothing.
-  const std::int64_t in_time = backlog(request.h2d_busy_until_ns) + h2d;
-  if (next_use_ns == kUnknownNs) return visible_out + in_time;
-  const std::int64_t window = std::max<std::int64_t>(0, next_use_ns - out_done);
-  return visible_out + std::max<std::int64_t>(0, in_time - window);
+  if (next.ns == kUnknownNs) return visible_out + backlog(request.h2d_busy_until_ns) + h2d;  // on demand
+  if (!next.reused) return visible_out;  // freed before it is needed: never restored
+  // The restore waits for its own copy out and for the link time already owed.
+  const std::int64_t in_done =
+      std::max(out_done, backlog(request.h2d_busy_until_ns) + std::max<std::int64_t>(0, owed_restore_ns)) + h2d;
+  std::int64_t late = std::max<std::int64_t>(0, in_done - next.ns);
+  if (period_ns > 0) {
+    // Per iteration, the link carries at most one iteration's worth of restores: what it carried
+    // over the last one, plus what is owed, plus this one, beyond that length is time the
+    // iteration will wait for, whatever the order of the restores.
+    const double load = recent_restore_ns + static_cast<double>(std::max<std::int64_t>(0, owed_restore_ns) + h2d);
+    late = std::max<std::int64_t>(late, static_cast<std::int64_t>(load) - period_ns);
+  }
+  // Restores that turn out to start on demand hide nothing: expect that share of the transfer.
+  late = std::max(late, static_cast<std::int64_t>(on_demand_share * static_cast<double>(h2d)));
+  return visible_out + late;
 }
 
-Director::Decision Director::decide(const BufferState& buffer, std::int64_t next_use_ns,
-                                    const EvictRequest& request, const CostModel& costs) const {
-  const bool can_recompute = buffer.recompute_ns != kUnknownNs;
+std::int64_t Director::recomputeCostNs(const BufferState& buffer, UseSchedule::NextUse next) {
+  if (buffer.recompute_ns == kUnknownNs) return kUnknownNs;
+  return next.ns != kUnknownNs && !next.reused ? 0 : buffer.recompute_ns;
+}
+
+Director::Decision Director::decide(const BufferState& buffer, UseSchedule::NextUse next,
+                                    const EvictRequest& request, const CostModel& costs,
+                                    std::int64_t owed_restore_ns, double recent_restore_ns,
+                                    std::int64_t period_ns, double on_demand_share) const {
+  const std::int64_t recompute = recomputeCostNs(buffer, next);
+  const bool can_recompute = recompute != kUnknownNs;
   switch (mode_) {
     case DirectorMode::kSwapOnly:
-      return {Action::kSwap, swapCostNs(buffer.bytes, next_use_ns, request, costs), true};
+      return {Action::kSwap, swapCostNs(buffer.bytes, next, request, costs, owed_restore_ns, recent_restore_ns, period_ns, on_demand_share), true};
     case DirectorMode::kRecomputeOnly:
-      return {Action::kRecompute, buffer.recompute_ns, can_recompute};
+      return {Action::kRecompute, recompute, can_recompute};
     case DirectorMode::kMixed:
       break;
   }
-  const std::int64_t swap = swapCostNs(buffer.bytes, next_use_ns, request, costs);
-  if (can_recompute && buffer.recompute_ns < swap) return {Action::kRecompute, buffer.recompute_ns, true};
+  const std::int64_t swap = swapCostNs(buffer.bytes, next, request, costs, owed_restore_ns, recent_restore_ns, period_ns, on_demand_share);
+  if (can_recompute && (recompute <= swap)) return {Action::kRecompute, recompute, true};
   return {Action::kSwap, swap, true};
 }
 

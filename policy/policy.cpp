@@ -8,44 +8,81 @@ namespace delta::policy {
 Policy::Policy(const PolicyConfig& config)
     : table_(config.max_buffers),
       costs_(config.h2d_gbps, config.d2h_gbps),
-      config_(config) {
-  scratch_.reserve(config.max_buffers);
+      config_(config),
+      index_(config.max_buffers) {
+  heap_.reserve(CandidateIndex::kBuckets);
+  aside_.reserve(config.max_buffers);
+}
+
+double Policy::rankKey(BufferId, const BufferState& state) const {
+  return -static_cast<double>(state.last_use_ns);
+}
+
+void Policy::noteChoice(BufferId, const BufferState&, Action) const {}
+
+void Policy::reindex(BufferId id) {
+  const BufferState& s = table_[id];
+  if (s.residency != Residency::kResident || s.pinned || s.bytes == 0) {
+    index_.erase(id);
+    return;
+  }
+  index_.set(id, CandidateIndex::bucketFor(s.bytes, s.recompute_ns, config_.min_evict_bytes), rankKey(id, s));
+}
+
+void Policy::reindexAll() {
+  for (BufferId id : table_.resident()) reindex(id);
 }
 
 void Policy::onAlloc(BufferId id, std::uint64_t bytes, std::int64_t now_ns) {
-  if (table_.valid(id)) table_.allocate(id, bytes, now_ns);
+  if (!table_.valid(id)) return;
+  table_.allocate(id, bytes, now_ns);
+  reindex(id);
+  residencyChanged(id);
 }
 
 void Policy::onFree(BufferId id, std::int64_t) {
-  if (table_.valid(id)) table_.release(id);
+  if (!table_.valid(id)) return;
+  table_.release(id);
+  index_.erase(id);
+  residencyChanged(id);
 }
 
 void Policy::onLaunch(const Launch& launch) {
   for (BufferId id : launch.buffers) {
-    if (table_.valid(id)) table_[id].last_use_ns = launch.now_ns;
+    if (!table_.valid(id)) continue;
+    table_[id].last_use_ns = launch.now_ns;
+    reindex(id);
   }
 }
 
 void Policy::onIteration(std::int64_t) {}
 
 void Policy::onRecomputable(BufferId id, std::int64_t cost_ns) {
-  if (table_.valid(id)) table_[id].recompute_ns = cost_ns < 0 ? kUnknownNs : cost_ns;
+  if (!table_.valid(id)) return;
+  table_[id].recompute_ns = cost_ns < 0 ? kUnknownNs : cost_ns;
+  reindex(id);
 }
 
 void Policy::onPinned(BufferId id, bool pinned) {
-  if (table_.valid(id)) table_[id].pinned = pinned;
+  if (!table_.valid(id)) return;
+  table_[id].pinned = pinned;
+  reindex(id);
 }
 
 void Policy::onEvicted(BufferId id, Action how) {
   if (!table_.valid(id)) return;
   table_.setResident(id, false);
   table_[id].evicted_by = how;
+  index_.erase(id);
+  residencyChanged(id);
 }
 
 void Policy::onRestored(BufferId id, std::int64_t now_ns) {
   if (!table_.valid(id)) return;
   table_.setResident(id, true);
   table_[id].last_use_ns = now_ns;
+  reindex(id);
+  residencyChanged(id);
 }
 
 void Policy::onCopyMeasured(Direction dir, std::uint64_t bytes, std::int64_t ns) {
@@ -66,27 +103,67 @@ bool Policy::lessUrgent(const Scored& a, const Scored& b) {
   return a.id > b.id;
 }
 
+void Policy::pushTop(std::uint32_t bucket, const EvictRequest& request, std::uint32_t stamp) {
+  for (;;) {
+    const BufferId id = index_.top(bucket);
+    if (id == kNoBuffer) return;
+    const BufferState& s = table_[id];
+    if (s.keep_stamp == stamp) {  // in use by the pending launch: look past it
+      aside_.push_back(index_.pop(bucket));
+      continue;
+    }
+    const Rating r = rate(id, s, request);
+    // The bucket is ordered by rankKey: when its best is not eligible (predicted to be needed
+    // within the request's window, or no hook for a recompute-only policy) the rest are not
+    // either, or only rarely; skipping the bucket keeps the call O(buckets + k log n).
+    if (!r.eligible) return;
+    heap_.push_back({r.score, id, bucket, r.action, !CandidateIndex::smallBucket(bucket)});
+    std::push_heap(heap_.begin(), heap_.end(), lessUrgent);
+    return;
+  }
+}
+
+// Lazy greedy over the bucket tops: the best top is re-rated against the copy queues as the
+// victims already chosen leave them; if it got worse than the next best it goes back in the
+// heap, else it is taken. Ratings only get worse as the queues grow, so this picks the same
+// victims as re-rating every candidate after each choice would.
 std::size_t Policy::chooseVictims(const EvictRequest& request, std::span<Victim> out) {
   if (request.bytes == 0 || out.empty()) return 0;
   const std::uint32_t stamp = table_.markKeep(request.keep);
-  scratch_.clear();
-  for (BufferId id : table_.resident()) {
-    const BufferState& s = table_[id];
-    if (s.pinned || s.keep_stamp == stamp || s.bytes == 0) continue;
-    const Rating r = rate(id, s, request);
-    if (!r.eligible) continue;
-    scratch_.push_back({r.score, id, r.action, s.bytes >= config_.min_evict_bytes});
-  }
-  std::make_heap(scratch_.begin(), scratch_.end(), lessUrgent);
+  EvictRequest local = request;
+  beginChoice();
+  heap_.clear();
+  aside_.clear();
+  index_.forEachBucket([&](std::uint32_t b) { pushTop(b, local, stamp); });
   std::size_t n = 0;
   std::uint64_t freed = 0;
-  auto end = scratch_.end();
-  while (freed < request.bytes && n < out.size() && end != scratch_.begin()) {
-    std::pop_heap(scratch_.begin(), end, lessUrgent);
-    --end;
-    out[n++] = {end->id, end->action};
-    freed += table_[end->id].bytes;
+  while (freed < request.bytes && n < out.size() && !heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), lessUrgent);
+    Scored best = heap_.back();
+    heap_.pop_back();
+    const BufferState& s = table_[best.id];
+    const Rating r = rate(best.id, s, local);
+    if (!r.eligible) continue;  // drop the bucket for this call, as pushTop does
+    const Scored now{r.score, best.id, best.bucket, r.action, best.large};
+    if (!heap_.empty() && lessUrgent(now, heap_.front())) {
+      heap_.push_back(now);
+      std::push_heap(heap_.begin(), heap_.end(), lessUrgent);
+      continue;
+    }
+    aside_.push_back(index_.pop(best.bucket));
+    out[n++] = {best.id, r.action};
+    freed += s.bytes;
+    if (r.action == Action::kSwap) {
+      // The copy out queues behind the ones just chosen.
+      local.d2h_busy_until_ns = std::max(local.d2h_busy_until_ns, local.now_ns) +
+                                costs_.transferNs(Direction::kDeviceToHost, s.bytes);
+    }
+    noteChoice(best.id, s, r.action);
+    pushTop(best.bucket, local, stamp);
   }
+  // Everything taken out goes back; the caller's onEvicted removes the victims it evicts.
+  for (BufferId id : aside_) reindex(id);
+  aside_.clear();
   return n;
 }
 

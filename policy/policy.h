@@ -4,8 +4,10 @@
 // Subclasses differ only in how they rate a candidate and whether they predict.
 //
 // Hot-path contract: after construction no call allocates, throws, locks or logs. Costs:
-// events O(1) (onLaunch O(buffers of the launch), plus learning in DeltaPolicy);
-// chooseVictims O(resident buffers) for the scan plus O(k log n) for k victims;
+// events O(log n) amortised for n resident buffers (onLaunch O(buffers of the launch x log n),
+// plus learning in DeltaPolicy: a learned iteration re-ranks the resident buffers once,
+// O(n log n)); chooseVictims O(B + k log n) for k victims, where B <= CandidateIndex::kBuckets
+// is the number of non-empty size/cost buckets (a constant, not a scan of the buffers);
 // choosePrefetches O(launches scanned ahead, at most kMaxScan). Not thread-safe: the caller
 // serialises calls (the shim holds its residency lock).
 #pragma once
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "policy/buffer_table.h"
+#include "policy/candidate_index.h"
 #include "policy/cost_model.h"
 #include "policy/types.h"
 
@@ -76,8 +79,23 @@ class Policy {
     Action action = Action::kSwap;
     bool eligible = false;
   };
-  // Rates one candidate: resident, not pinned, not kept.
+  // Rates one candidate: resident, not pinned, not kept. `request` carries the copy queues as
+  // they will be once the victims chosen earlier in the same call are evicted.
   virtual Rating rate(BufferId id, const BufferState& state, const EvictRequest& request) const = 0;
+  // The order inside a candidate bucket (higher: considered first). It must not depend on the
+  // time of the request, only on the buffer's own events (last use, predicted next use): the
+  // index is updated on those events, never by a scan. Default: least recently used first.
+  virtual double rankKey(BufferId id, const BufferState& state) const;
+  // Called at the start of each chooseVictims, then once per victim chosen (before the next is
+  // rated), so a policy can count the work its own choices add (restores it will owe).
+  virtual void beginChoice() const {}
+  virtual void noteChoice(BufferId id, const BufferState& state, Action action) const;
+  // After any change of `id`'s residency (allocated, evicted, restored, freed).
+  virtual void residencyChanged(BufferId) {}
+  // Re-ranks `id` after an event (or removes it from the candidates when it cannot be one).
+  void reindex(BufferId id);
+  // Re-ranks every resident buffer: when what rankKey depends on changed for all of them.
+  void reindexAll();
 
   BufferTable table_;
   CostModel costs_;
@@ -87,12 +105,17 @@ class Policy {
   struct Scored {
     double score;
     BufferId id;
+    std::uint32_t bucket;
     Action action;
     bool large;
   };
   static bool lessUrgent(const Scored& a, const Scored& b);
+  // Rates the first eligible buffer of `bucket` into heap_; kept buffers are set aside.
+  void pushTop(std::uint32_t bucket, const EvictRequest& request, std::uint32_t stamp);
 
-  std::vector<Scored> scratch_;  // capacity max_buffers, reserved at construction
+  CandidateIndex index_;
+  std::vector<Scored> heap_;     // one entry per bucket at most; reserved at construction
+  std::vector<BufferId> aside_;  // taken out of the index during one call; reserved
 };
 
 }  // namespace delta::policy

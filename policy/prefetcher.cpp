@@ -63,17 +63,22 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
                                         const BufferTable& table, const CostModel& costs,
                                         std::int64_t& horizon_ns) {
   std::uint64_t bytes = 0;
+  std::int64_t restore_ns = 0;
   horizon_ns = 0;
-  // Room for an allocation or a restore must be made by the time it happens; copying out
-  // `bytes` takes transferNs(bytes), so count what comes sooner than that.
+  // Room for an allocation must be made by the time it happens, and room for a restore by the
+  // time the restore has to start (its transfer time before the use, behind the other restores
+  // counted): copying `bytes` out takes transferNs(bytes), so count what comes sooner than that
+  // plus the restore time. Without the restore term a tight budget leaves no room to prefetch
+  // into, and every restore happens on demand, in full view.
   walk(schedule, position, kMaxScan, [&](std::uint32_t q, std::int64_t due) {
-    if (q != position && due > costs.transferNs(Direction::kDeviceToHost, bytes)) return false;
+    if (q != position && due > costs.transferNs(Direction::kDeviceToHost, bytes) + restore_ns) return false;
     horizon_ns = due;
     bytes += schedule.allocBytesAt(q);
     for (BufferId id : schedule.buffersAt(q)) {
       if (table.valid(id) && table[id].residency == Residency::kEvicted &&
           table[id].evicted_by == Action::kSwap) {
         bytes += table[id].bytes;
+        restore_ns += costs.transferNs(Direction::kHostToDevice, table[id].bytes);
       }
     }
     return true;

@@ -72,11 +72,11 @@ std::span<const BufferId> UseSchedule::buffersAt(std::uint32_t pos) const {
   return {launch_ids_.data() + launch_begin_[pos], launch_begin_[pos + 1] - launch_begin_[pos]};
 }
 
-std::int64_t UseSchedule::nextUseNs(BufferId id, std::uint32_t pos) const {
-  if (!ready_ || id + 1 >= buffer_begin_.size()) return kUnknownNs;
+UseSchedule::NextUse UseSchedule::nextUse(BufferId id, std::uint32_t pos) const {
+  if (!ready_ || id + 1 >= buffer_begin_.size()) return {};
   const std::uint32_t* first = use_pos_.data() + buffer_begin_[id];
   const std::uint32_t* last = use_pos_.data() + buffer_begin_[id + 1];
-  if (first == last) return kUnknownNs;
+  if (first == last) return {};
   const std::int64_t base = offsetNs(pos);
   const std::uint32_t* next = std::lower_bound(first, last, pos);
   const std::int64_t use = next != last ? time_[*next] - base
@@ -84,9 +84,10 @@ std::int64_t UseSchedule::nextUseNs(BufferId id, std::uint32_t pos) const {
   const std::uint32_t freed = free_pos_[id];
   if (freed != kNoPos && freed + 1 >= pos && freed < length_) {
     // Freed after launch `freed`, i.e. by the time launch freed + 1 starts.
-    return std::min(use, offsetNs(freed + 1) - base);
+    const std::int64_t free_at = offsetNs(freed + 1) - base;
+    if (free_at < use) return {free_at, false};
   }
-  return use;
+  return {use, true};
 }
 
 }  // namespace delta::policy

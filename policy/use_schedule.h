@@ -40,7 +40,13 @@ class UseSchedule {
   // Time from launch position `pos` (the next launch to run) to the next use of `id` at or after
   // it, wrapping into the next iteration, or to its free if that comes first (a buffer about to
   // be freed is worth little to evict); kUnknownNs when `id` is not used in the schedule.
-  std::int64_t nextUseNs(BufferId id, std::uint32_t pos) const;
+  std::int64_t nextUseNs(BufferId id, std::uint32_t pos) const { return nextUse(id, pos).ns; }
+
+  struct NextUse {
+    std::int64_t ns = kUnknownNs;  // as nextUseNs
+    bool reused = true;            // false: freed before any further use (ns is the time to the free)
+  };
+  NextUse nextUse(BufferId id, std::uint32_t pos) const;
 
  private:
   std::vector<std::int64_t> time_;
