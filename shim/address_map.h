@@ -4,6 +4,7 @@
 // (O(log n) in the number of live buffers). Not thread-safe: the residency lock guards it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 

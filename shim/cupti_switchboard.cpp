@@ -136,6 +136,7 @@ struct Context {
 Context* gContext = nullptr;
 
 thread_local uint32_t tHandledCorrelation = 0;
+thread_local bool tPreparedByInterposer = false;
 thread_local std::vector<uint64_t> tCandidates;
 
 CUfunction functionForSymbol(const void* symbol) {
@@ -151,24 +152,24 @@ CUfunction functionForSymbol(const void* symbol) {
   return it->second;
 }
 
-void launch(CUfunction function, CUstream stream, bool perThread, void** params, void** extra,
-            const char* name) {
+CUresult launch(CUfunction function, CUstream stream, bool perThread, void** params,
+                void** extra, const char* name) {
   Context& c = *gContext;
   if (function == nullptr) {
     c.residency->prepareEverything(stream, perThread);
-    return;
+    return CUDA_SUCCESS;
   }
   const ParamLayout& layout = c.layouts.layout(*c.api, function);
   tCandidates.clear();
   if (!scanParams(layout, params, extra, [](uint64_t value) { tCandidates.push_back(value); })) {
     c.residency->prepareEverything(stream, perThread);
-    return;
+    return CUDA_SUCCESS;
   }
   Residency::Touch touch;
   touch.pointers = tCandidates.data();
   touch.pointerCount = tCandidates.size();
   touch.kind = UseKind::kKernel;
-  c.residency->prepare(stream, perThread, &touch, 1, name ? name : "a kernel");
+  return c.residency->prepare(stream, perThread, &touch, 1, name ? name : "a kernel");
 }
 
 void copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool perThread,
@@ -207,34 +208,40 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data) {
       return;
     case Work::kDriverLaunch: {
       auto& a = as<cuLaunchKernel_params>(p);
-      return launch(a.f, a.hStream, perThread, a.kernelParams, a.extra, name);
+      launch(a.f, a.hStream, perThread, a.kernelParams, a.extra, name);
+      return;
     }
     case Work::kDriverLaunchEx: {
       auto& a = as<cuLaunchKernelEx_params>(p);
-      return launch(a.f, a.config ? a.config->hStream : nullptr, perThread, a.kernelParams,
-                    a.extra, name);
+      launch(a.f, a.config ? a.config->hStream : nullptr, perThread, a.kernelParams, a.extra,
+             name);
+      return;
     }
     case Work::kDriverCooperative: {
       auto& a = as<cuLaunchCooperativeKernel_params>(p);
-      return launch(a.f, a.hStream, perThread, a.kernelParams, nullptr, name);
+      launch(a.f, a.hStream, perThread, a.kernelParams, nullptr, name);
+      return;
     }
     case Work::kRuntimeLaunch: {
       auto& a = as<cudaLaunchKernel_v7000_params>(p);
-      return launch(functionForSymbol(a.func), reinterpret_cast<CUstream>(a.stream), perThread,
-                    a.args, nullptr, name);
+      launch(functionForSymbol(a.func), reinterpret_cast<CUstream>(a.stream), perThread, a.args,
+             nullptr, name);
+      return;
     }
     case Work::kRuntimeKernelLaunch: {
       // __cudaLaunchKernel (CUDA 13's <<<>>>) takes a cudaKernel_t where cudaLaunchKernel
       // takes a stub; the driver describes a CUkernel's parameters through the same call.
       auto& a = as<cudaLaunchKernel_v7000_params>(p);
-      return launch(reinterpret_cast<CUfunction>(const_cast<void*>(a.func)),
-                    reinterpret_cast<CUstream>(a.stream), perThread, a.args, nullptr, name);
+      launch(reinterpret_cast<CUfunction>(const_cast<void*>(a.func)),
+             reinterpret_cast<CUstream>(a.stream), perThread, a.args, nullptr, name);
+      return;
     }
     case Work::kRuntimeLaunchEx: {
       auto& a = as<cudaLaunchKernelExC_v11060_params>(p);
-      return launch(functionForSymbol(a.func),
-                    a.config ? reinterpret_cast<CUstream>(a.config->stream) : nullptr, perThread,
-                    a.args, nullptr, name);
+      launch(functionForSymbol(a.func),
+             a.config ? reinterpret_cast<CUstream>(a.config->stream) : nullptr, perThread, a.args,
+             nullptr, name);
+      return;
     }
     case Work::kUnified: {
       auto& a = as<cuMemcpy_params>(p);
@@ -342,6 +349,8 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
   else if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE)
     route = gRuntimeRoutes[cbid];
   if (route.work == Work::kIgnore) return;
+  // A launch interposer already prepared this call (and this is one of its callbacks).
+  if (tPreparedByInterposer) return;
   // The driver calls a runtime call makes carry its correlation id: handled once.
   if (data.correlationId != 0 && data.correlationId == tHandledCorrelation) return;
   tHandledCorrelation = data.correlationId;
@@ -374,6 +383,29 @@ std::vector<std::string> cuptiCandidates(const std::string& configured) {
 }
 
 }  // namespace
+
+CUresult prepareKernelLaunch(CUfunction function, CUstream stream, bool perThread,
+                             void** params, void** extra) {
+  if (gContext == nullptr) return CUDA_SUCCESS;
+  const char* name = nullptr;
+  if (function != nullptr) {
+    ReentryGuard guard;
+    gContext->api->cuFuncGetName(&name, function);
+  }
+  return launch(function, stream, perThread, params, extra, name);
+}
+
+CUresult prepareRuntimeLaunch(const void* symbol, CUstream stream, bool perThread, void** args) {
+  if (gContext == nullptr) return CUDA_SUCCESS;
+  return prepareKernelLaunch(functionForSymbol(symbol), stream, perThread, args, nullptr);
+}
+
+bool launchAlreadyPrepared() { return tPreparedByInterposer; }
+
+PreparedLaunchScope::PreparedLaunchScope() : outer_(tPreparedByInterposer) {
+  tPreparedByInterposer = true;
+}
+PreparedLaunchScope::~PreparedLaunchScope() { tPreparedByInterposer = outer_; }
 
 CuptiStatus subscribeCupti(const std::string& cuptiPath, const DriverApi& api,
                            Residency& residency) {

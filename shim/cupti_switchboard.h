@@ -29,4 +29,26 @@ struct CuptiStatus {
 CuptiStatus subscribeCupti(const std::string& cuptiPath, const DriverApi& api,
                            Residency& residency);
 
+// The launch interposers (cudaLaunchKernel, cuLaunchKernel) prepare a launch before calling
+// the real function, so that a launch the budget cannot hold under DELTA_STRICT=1 fails
+// instead of running; the CUPTI callbacks of that call then have nothing left to do.
+CUresult prepareKernelLaunch(CUfunction function, CUstream stream, bool perThread,
+                             void** params, void** extra);
+CUresult prepareRuntimeLaunch(const void* symbol, CUstream stream, bool perThread, void** args);
+
+// True inside a PreparedLaunchScope: the launch is already prepared.
+bool launchAlreadyPrepared();
+
+// While alive, the CUPTI callbacks of this thread's calls do nothing: the interposer did it.
+class PreparedLaunchScope {
+ public:
+  PreparedLaunchScope();
+  ~PreparedLaunchScope();
+  PreparedLaunchScope(const PreparedLaunchScope&) = delete;
+  PreparedLaunchScope& operator=(const PreparedLaunchScope&) = delete;
+
+ private:
+  bool outer_;
+};
+
 }  // namespace delta::shim

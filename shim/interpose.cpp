@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "shim/cupti_switchboard.h"
 #include "shim/log.h"
 #include "shim/reentry_guard.h"
 #include "shim/shim.h"
@@ -73,7 +74,7 @@ void reportBudget(Residency& residency, size_t* free, size_t* total) {
 // Names the shim hands out its own functions for.
 bool isManagedDriverSymbol(std::string_view name) {
   return name == "cuMemAlloc_v2" || name == "cuMemFree_v2" || name == "cuMemGetInfo_v2" ||
-         name == "cuGetProcAddress_v2" || name == "cuGetProcAddress";
+         name == "cuGetProcAddress_v2" || name == "cuGetProcAddress" || name == "cuLaunchKernel";
 }
 
 }  // namespace
@@ -96,8 +97,10 @@ DELTA_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
     *devPtr = reinterpret_cast<void*>(address);
     return cudaSuccess;
   }
-  if (result == CUDA_ERROR_NOT_SUPPORTED) return real(devPtr, size);  // out of buffer ids
-  // Let the runtime produce (and record as its last error) the out-of-memory result.
+  if (result == CUDA_ERROR_OUT_OF_MEMORY && Shim::instance().options().strict)
+    return cudaErrorMemoryAllocation;  // the budget is the limit, not the device
+  // Out of buffer ids, or the device itself is full: the runtime answers (and records its
+  // own last error).
   return real(devPtr, size);
 }
 
@@ -120,7 +123,57 @@ DELTA_EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   return result;
 }
 
+// Launches are seen through CUPTI. Only under DELTA_STRICT=1 are they also interposed here:
+// a CUPTI callback cannot make the call fail, and strict mode must fail a launch whose working
+// set the budget cannot hold, before anything is enqueued.
+namespace delta::shim {
+namespace {
+
+Residency* strictlyManaging() {
+  if (insideShim()) return nullptr;
+  Shim& shim = Shim::instance();
+  if (shim.disabled() || !shim.options().strict) return nullptr;
+  return shim.activeIfStarted();
+}
+
+}  // namespace
+}  // namespace delta::shim
+
+namespace {
+decltype(&::cudaLaunchKernel) gRealCudaLaunchKernel = nullptr;
+}
+
+DELTA_EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim,
+                                          void** args, size_t sharedMem, cudaStream_t stream) {
+  auto real = nextFunction(gRealCudaLaunchKernel, "cudaLaunchKernel");
+  if (real == nullptr) return cudaErrorInsufficientDriver;
+  if (strictlyManaging() == nullptr)
+    return real(func, gridDim, blockDim, args, sharedMem, stream);
+  if (prepareRuntimeLaunch(func, reinterpret_cast<CUstream>(stream), false, args) != CUDA_SUCCESS)
+    return cudaErrorMemoryAllocation;
+  PreparedLaunchScope prepared;
+  return real(func, gridDim, blockDim, args, sharedMem, stream);
+}
+
 // ---- the driver -------------------------------------------------------------------------
+
+DELTA_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX,
+                                            unsigned int gridDimY, unsigned int gridDimZ,
+                                            unsigned int blockDimX, unsigned int blockDimY,
+                                            unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                            CUstream hStream, void** kernelParams, void** extra) {
+  auto real = REAL_DRIVER(cuLaunchKernel);
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (strictlyManaging() != nullptr && !launchAlreadyPrepared()) {
+    if (CUresult r = prepareKernelLaunch(f, hStream, false, kernelParams, extra); r != CUDA_SUCCESS)
+      return r;
+    PreparedLaunchScope prepared;
+    return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                hStream, kernelParams, extra);
+  }
+  return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+              hStream, kernelParams, extra);
+}
 
 DELTA_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   auto real = REAL_DRIVER(cuMemAlloc_v2);
@@ -160,7 +213,7 @@ namespace {
 void* replacementFor(std::string_view name);
 
 // The answer of cuGetProcAddress, with our replacements for the names we manage.
-CUresult answerProcAddress(CUresult result, const char* symbol, void** pfn) {
+CUresult answerProcAddress(CUresult result, const char* symbol, void** pfn, cuuint64_t flags) {
   if (result != CUDA_SUCCESS || pfn == nullptr || *pfn == nullptr || symbol == nullptr ||
       Shim::instance().disabled())
     return result;
@@ -175,6 +228,10 @@ CUresult answerProcAddress(CUresult result, const char* symbol, void** pfn) {
   } else if (base == "cuMemGetInfo") {
     real.cuMemGetInfo_v2 = reinterpret_cast<decltype(real.cuMemGetInfo_v2)>(*pfn);
     *pfn = replacementFor("cuMemGetInfo_v2");
+  } else if (base == "cuLaunchKernel" && !(flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) {
+    // (The per-thread variant is left to CUPTI alone: strict mode does not cover it.)
+    real.cuLaunchKernel = reinterpret_cast<decltype(real.cuLaunchKernel)>(*pfn);
+    *pfn = replacementFor("cuLaunchKernel");
   }
   return result;
 }
@@ -191,7 +248,7 @@ DELTA_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult result = real(symbol, pfn, cudaVersion, flags, symbolStatus);
   if (insideShim()) return result;
-  return answerProcAddress(result, symbol, pfn);
+  return answerProcAddress(result, symbol, pfn, flags);
 }
 
 #undef cuGetProcAddress
@@ -206,7 +263,7 @@ DELTA_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, i
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult result = real(symbol, pfn, cudaVersion, flags);
   if (insideShim()) return result;
-  return answerProcAddress(result, symbol, pfn);
+  return answerProcAddress(result, symbol, pfn, flags);
 }
 
 namespace delta::shim {
@@ -218,6 +275,7 @@ void* replacementFor(std::string_view name) {
   if (name == "cuMemGetInfo_v2") return reinterpret_cast<void*>(&::cuMemGetInfo_v2);
   if (name == "cuGetProcAddress_v2") return reinterpret_cast<void*>(&::cuGetProcAddress_v2);
   if (name == "cuGetProcAddress") return reinterpret_cast<void*>(&::cuGetProcAddress);
+  if (name == "cuLaunchKernel") return reinterpret_cast<void*>(&::cuLaunchKernel);
   return nullptr;
 }
 
@@ -250,5 +308,7 @@ DELTA_EXPORT void* dlsym(void* handle, const char* symbol) {
         reinterpret_cast<decltype(intercepted.cuGetProcAddress_v2)>(found);
   else if (name == "cuGetProcAddress")
     gRealGetProcAddressV1 = reinterpret_cast<GetProcAddressV1>(found);
+  else if (name == "cuLaunchKernel")
+    intercepted.cuLaunchKernel = reinterpret_cast<decltype(intercepted.cuLaunchKernel)>(found);
   return replacementFor(name);
 }

@@ -21,7 +21,7 @@ DlsymFunction realDlsym();
   X(cuMemcpyDtoHAsync_v2) X(cuStreamCreate) X(cuStreamWaitEvent) X(cuStreamSynchronize)   \
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)                 \
   X(cuEventDestroy_v2) X(cuFuncGetParamInfo) X(cuFuncGetName) X(cuIpcGetMemHandle)         \
-  X(cuCtxSynchronize)
+  X(cuCtxSynchronize) X(cuLaunchKernel)
 
 struct DriverApi {
 #define DELTA_DECLARE(name) decltype(&::name) name = nullptr;
@@ -53,6 +53,7 @@ struct InterceptedDriver {
   decltype(&::cuMemFree_v2) cuMemFree_v2 = nullptr;
   decltype(&::cuMemGetInfo_v2) cuMemGetInfo_v2 = nullptr;
   decltype(&::cuIpcGetMemHandle) cuIpcGetMemHandle = nullptr;
+  decltype(&::cuLaunchKernel) cuLaunchKernel = nullptr;
 };
 InterceptedDriver& interceptedDriver();
 

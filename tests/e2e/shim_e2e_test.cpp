@@ -171,6 +171,20 @@ TEST(ShimEndToEnd, TightBudgetRunsOverBudgetOnlyWhereItMustAndCountsIt) {
   EXPECT_NE(shimmed.err.find("running it over budget"), std::string::npos) << shimmed.err;
 }
 
+TEST(ShimEndToEnd, StrictModeFailsWhatTheBudgetCannotHold) {
+  // The same tight budget as above, strictly: the program sees CUDA's out-of-memory error
+  // (from the launch or allocation that cannot fit) instead of running over budget.
+  Outcome shimmed = run(workload("64M"), underShim({"DELTA_BUDGET=24M", "DELTA_STRICT=1"}));
+  EXPECT_EQ(shimmed.status, 1) << shimmed.err;
+  EXPECT_NE(shimmed.err.find("out of memory"), std::string::npos) << shimmed.err;
+  EXPECT_EQ(shimmed.err.find("cudasim: illegal address"), std::string::npos) << shimmed.err;
+  EXPECT_EQ(shimmed.values.count("checksum"), 0u);
+  EXPECT_EQ(shimmed.stat("over_budget_launches"), 0u);
+  // And a budget that holds every launch is not affected by strictness.
+  Outcome fits = run(workload("64M"), underShim({"DELTA_BUDGET=40M", "DELTA_STRICT=1"}));
+  expectSameResultsWithinBudget(fits, baseline("64M"), 40 * kMiB);
+}
+
 TEST(ShimEndToEnd, EveryPolicyKeepsResultsBitExact) {
   Outcome plain = run(workload("64M", 2), {});
   for (const char* policy : {"lru", "swap-only", "delta"}) {
