@@ -137,6 +137,8 @@ Context* gContext = nullptr;
 
 thread_local uint32_t tHandledCorrelation = 0;
 thread_local bool tPreparedByInterposer = false;
+// Correlation ids of the calls whose buffers are held until their API_EXIT, innermost last.
+thread_local std::vector<uint32_t> tOpenCalls;
 thread_local std::vector<uint64_t> tCandidates;
 
 CUfunction functionForSymbol(const void* symbol) {
@@ -153,7 +155,8 @@ CUfunction functionForSymbol(const void* symbol) {
 }
 
 CUresult launch(CUfunction function, CUstream stream, bool perThread, void** params,
-                void** extra, const char* name) {
+                void** extra, const char* name, const uint32_t grid[3] = nullptr,
+                const uint32_t block[3] = nullptr) {
   Context& c = *gContext;
   if (function == nullptr) {
     c.residency->prepareEverything(stream, perThread);
@@ -169,11 +172,18 @@ CUresult launch(CUfunction function, CUstream stream, bool perThread, void** par
   touch.pointers = tCandidates.data();
   touch.pointerCount = tCandidates.size();
   touch.kind = UseKind::kKernel;
-  return c.residency->prepare(stream, perThread, &touch, 1, name ? name : "a kernel");
+  WorkInfo work;
+  work.kind = WorkInfo::Kind::kKernel;
+  work.name = name;
+  for (int i = 0; i < 3; ++i) {
+    work.grid[i] = grid ? grid[i] : 0;
+    work.block[i] = block ? block[i] : 0;
+  }
+  return c.residency->prepare(stream, perThread, &touch, 1, work);
 }
 
 void copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool perThread,
-          bool hostSource) {
+          bool hostSource, trace::CopyKind kind) {
   Context& c = *gContext;
   Residency::Touch touches[2];
   touches[0].rangeStart = dst;
@@ -182,7 +192,13 @@ void copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool perThr
   touches[1].rangeStart = src;
   touches[1].rangeBytes = bytes;
   touches[1].kind = UseKind::kRead;
-  c.residency->prepare(stream, perThread, touches, 2, "a copy");
+  WorkInfo work;
+  work.kind = WorkInfo::Kind::kCopy;
+  work.copyKind = kind;
+  work.bytes = bytes;
+  work.copyDst = dst;
+  work.copySrc = src;
+  c.residency->prepare(stream, perThread, touches, 2, work);
   if (hostSource && bytes <= kPointerTableScanBytes && bytes >= 8)
     c.residency->linkPointerTable(dst, reinterpret_cast<const void*>(src), bytes);
 }
@@ -192,7 +208,10 @@ void memset(uint64_t dst, size_t bytes, CUstream stream, bool perThread) {
   touch.rangeStart = dst;
   touch.rangeBytes = bytes;
   touch.kind = UseKind::kWrite;
-  gContext->residency->prepare(stream, perThread, &touch, 1, "a memset");
+  WorkInfo work;
+  work.kind = WorkInfo::Kind::kMemset;
+  work.bytes = bytes;
+  gContext->residency->prepare(stream, perThread, &touch, 1, work);
 }
 
 template <class P>
@@ -208,7 +227,9 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data) {
       return;
     case Work::kDriverLaunch: {
       auto& a = as<cuLaunchKernel_params>(p);
-      launch(a.f, a.hStream, perThread, a.kernelParams, a.extra, name);
+      const uint32_t grid[3] = {a.gridDimX, a.gridDimY, a.gridDimZ};
+      const uint32_t block[3] = {a.blockDimX, a.blockDimY, a.blockDimZ};
+      launch(a.f, a.hStream, perThread, a.kernelParams, a.extra, name, grid, block);
       return;
     }
     case Work::kDriverLaunchEx: {
@@ -224,8 +245,10 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data) {
     }
     case Work::kRuntimeLaunch: {
       auto& a = as<cudaLaunchKernel_v7000_params>(p);
+      const uint32_t grid[3] = {a.gridDim.x, a.gridDim.y, a.gridDim.z};
+      const uint32_t block[3] = {a.blockDim.x, a.blockDim.y, a.blockDim.z};
       launch(functionForSymbol(a.func), reinterpret_cast<CUstream>(a.stream), perThread, a.args,
-             nullptr, name);
+             nullptr, name, grid, block);
       return;
     }
     case Work::kRuntimeKernelLaunch: {
@@ -245,35 +268,35 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data) {
     }
     case Work::kUnified: {
       auto& a = as<cuMemcpy_params>(p);
-      return copy(a.dst, a.src, a.ByteCount, nullptr, perThread, true);
+      return copy(a.dst, a.src, a.ByteCount, nullptr, perThread, true, trace::CopyKind::kDefault);
     }
     case Work::kUnifiedAsync: {
       auto& a = as<cuMemcpyAsync_params>(p);
-      return copy(a.dst, a.src, a.ByteCount, a.hStream, perThread, true);
+      return copy(a.dst, a.src, a.ByteCount, a.hStream, perThread, true, trace::CopyKind::kDefault);
     }
     case Work::kHtoD: {
       auto& a = as<cuMemcpyHtoD_v2_params>(p);
-      return copy(a.dstDevice, reinterpret_cast<uint64_t>(a.srcHost), a.ByteCount, nullptr, perThread, true);
+      return copy(a.dstDevice, reinterpret_cast<uint64_t>(a.srcHost), a.ByteCount, nullptr, perThread, true, trace::CopyKind::kHostToDevice);
     }
     case Work::kHtoDAsync: {
       auto& a = as<cuMemcpyHtoDAsync_v2_params>(p);
-      return copy(a.dstDevice, reinterpret_cast<uint64_t>(a.srcHost), a.ByteCount, a.hStream, perThread, true);
+      return copy(a.dstDevice, reinterpret_cast<uint64_t>(a.srcHost), a.ByteCount, a.hStream, perThread, true, trace::CopyKind::kHostToDevice);
     }
     case Work::kDtoH: {
       auto& a = as<cuMemcpyDtoH_v2_params>(p);
-      return copy(reinterpret_cast<uint64_t>(a.dstHost), a.srcDevice, a.ByteCount, nullptr, perThread, false);
+      return copy(reinterpret_cast<uint64_t>(a.dstHost), a.srcDevice, a.ByteCount, nullptr, perThread, false, trace::CopyKind::kDeviceToHost);
     }
     case Work::kDtoHAsync: {
       auto& a = as<cuMemcpyDtoHAsync_v2_params>(p);
-      return copy(reinterpret_cast<uint64_t>(a.dstHost), a.srcDevice, a.ByteCount, a.hStream, perThread, false);
+      return copy(reinterpret_cast<uint64_t>(a.dstHost), a.srcDevice, a.ByteCount, a.hStream, perThread, false, trace::CopyKind::kDeviceToHost);
     }
     case Work::kDtoD: {
       auto& a = as<cuMemcpyDtoD_v2_params>(p);
-      return copy(a.dstDevice, a.srcDevice, a.ByteCount, nullptr, perThread, false);
+      return copy(a.dstDevice, a.srcDevice, a.ByteCount, nullptr, perThread, false, trace::CopyKind::kDeviceToDevice);
     }
     case Work::kDtoDAsync: {
       auto& a = as<cuMemcpyDtoDAsync_v2_params>(p);
-      return copy(a.dstDevice, a.srcDevice, a.ByteCount, a.hStream, perThread, false);
+      return copy(a.dstDevice, a.srcDevice, a.ByteCount, a.hStream, perThread, false, trace::CopyKind::kDeviceToDevice);
     }
     case Work::kMemset8: {
       auto& a = as<cuMemsetD8_v2_params>(p);
@@ -315,13 +338,15 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data) {
     case Work::kRuntimeMemcpy: {
       auto& a = as<cudaMemcpy_v3020_params>(p);
       return copy(reinterpret_cast<uint64_t>(a.dst), reinterpret_cast<uint64_t>(a.src), a.count,
-                  nullptr, perThread, a.kind == cudaMemcpyHostToDevice || a.kind == cudaMemcpyDefault);
+                  nullptr, perThread, a.kind == cudaMemcpyHostToDevice || a.kind == cudaMemcpyDefault,
+                  static_cast<trace::CopyKind>(a.kind));
     }
     case Work::kRuntimeMemcpyAsync: {
       auto& a = as<cudaMemcpyAsync_v3020_params>(p);
       return copy(reinterpret_cast<uint64_t>(a.dst), reinterpret_cast<uint64_t>(a.src), a.count,
                   reinterpret_cast<CUstream>(a.stream), perThread,
-                  a.kind == cudaMemcpyHostToDevice || a.kind == cudaMemcpyDefault);
+                  a.kind == cudaMemcpyHostToDevice || a.kind == cudaMemcpyDefault,
+                  static_cast<trace::CopyKind>(a.kind));
     }
     case Work::kRuntimeMemset: {
       auto& a = as<cudaMemset_v3020_params>(p);
@@ -342,6 +367,14 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
                          const void* callbackData) {
   if (insideShim() || gContext == nullptr) return;
   const auto& data = *static_cast<const CUpti_CallbackData*>(callbackData);
+  if (data.callbackSite == CUPTI_API_EXIT) {
+    // The work is in its stream now: its buffers may be evicted again (after it).
+    if (!tOpenCalls.empty() && tOpenCalls.back() == data.correlationId) {
+      tOpenCalls.pop_back();
+      gContext->residency->releaseHeld();
+    }
+    return;
+  }
   if (data.callbackSite != CUPTI_API_ENTER) return;
   Route route;
   if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid < CUPTI_DRIVER_TRACE_CBID_SIZE)
@@ -354,6 +387,7 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
   // The driver calls a runtime call makes carry its correlation id: handled once.
   if (data.correlationId != 0 && data.correlationId == tHandledCorrelation) return;
   tHandledCorrelation = data.correlationId;
+  tOpenCalls.push_back(data.correlationId);
   handle(route.work, route.perThread, data);
 }
 
@@ -392,7 +426,9 @@ CUresult prepareKernelLaunch(CUfunction function, CUstream stream, bool perThrea
     ReentryGuard guard;
     gContext->api->cuFuncGetName(&name, function);
   }
-  return launch(function, stream, perThread, params, extra, name);
+  CUresult result = launch(function, stream, perThread, params, extra, name);
+  if (result != CUDA_SUCCESS) gContext->residency->releaseHeld();  // no scope will follow
+  return result;
 }
 
 CUresult prepareRuntimeLaunch(const void* symbol, CUstream stream, bool perThread, void** args) {
@@ -402,10 +438,15 @@ CUresult prepareRuntimeLaunch(const void* symbol, CUstream stream, bool perThrea
 
 bool launchAlreadyPrepared() { return tPreparedByInterposer; }
 
+void detachCupti() { gContext = nullptr; }
+
 PreparedLaunchScope::PreparedLaunchScope() : outer_(tPreparedByInterposer) {
   tPreparedByInterposer = true;
 }
-PreparedLaunchScope::~PreparedLaunchScope() { tPreparedByInterposer = outer_; }
+PreparedLaunchScope::~PreparedLaunchScope() {
+  tPreparedByInterposer = outer_;
+  if (gContext != nullptr) gContext->residency->releaseHeld();
+}
 
 CuptiStatus subscribeCupti(const std::string& cuptiPath, const DriverApi& api,
                            Residency& residency) {

@@ -36,10 +36,14 @@ CUresult prepareKernelLaunch(CUfunction function, CUstream stream, bool perThrea
                              void** params, void** extra);
 CUresult prepareRuntimeLaunch(const void* symbol, CUstream stream, bool perThread, void** args);
 
+// After fork, in the child: callbacks do nothing (the parent's state is not the child's).
+void detachCupti();
+
 // True inside a PreparedLaunchScope: the launch is already prepared.
 bool launchAlreadyPrepared();
 
 // While alive, the CUPTI callbacks of this thread's calls do nothing: the interposer did it.
+// Create it right after a successful prepare...(): its end releases the launch's buffers.
 class PreparedLaunchScope {
  public:
   PreparedLaunchScope();

@@ -18,6 +18,9 @@ int64_t nowNs() {
 
 namespace {
 
+// Per thread, the buffers each not-yet-released prepare() holds, innermost last.
+thread_local std::vector<std::vector<uint32_t>> tHeld;
+
 constexpr uint32_t kMaxBuffers = 1u << 18;
 constexpr size_t kVictimBatch = 64;
 constexpr int kMaxLinkDepth = 4;
@@ -152,7 +155,8 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
     return CUDA_ERROR_NOT_SUPPORTED;  // the caller falls back to an unmanaged allocation
   }
   static const std::vector<uint32_t> kNothing;
-  if (CUresult room = makeRoom(mapped, kNothing, nowNs()); room != CUDA_SUCCESS) {
+  const int64_t now = nowNs();
+  if (CUresult room = makeRoom(mapped, kNothing, now, 0); room != CUDA_SUCCESS) {
     freeIds_.push_back(id);
     return room;
   }
@@ -186,6 +190,7 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   Buffer& buffer = buffers_[id];
   buffer = Buffer{};
   buffer.live = true;
+  buffer.serial = nextSerial_++;
   buffer.address = address;
   buffer.bytes = bytes;
   buffer.mappedBytes = mapped;
@@ -195,7 +200,10 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   resident_ += mapped;
   stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
   stats_.allocations++;
-  policy_->onAlloc(id, mapped, nowNs());
+  policy_->onAlloc(id, mapped, now);
+  if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
+    trace->alloc(trace::AllocRecord{static_cast<uint64_t>(now), buffer.serial, address, bytes, 0,
+                                    0, trace::kAllocManaged});
   *out = address;
   return CUDA_SUCCESS;
 }
@@ -244,7 +252,12 @@ bool Residency::free(CUdeviceptr address) {
   if (buffer.host) stats_.hostBytes -= buffer.mappedBytes;
   quarantine_.push_back(std::move(entry));
   addresses_.erase(address);
-  policy_->onFree(id, nowNs());
+  const int64_t now = nowNs();
+  policy_->onFree(id, now);
+  if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
+    trace->free(trace::FreeRecord{static_cast<uint64_t>(now), buffer.serial, buffer.bytes,
+                                  buffer.state == State::kResident ? trace::Residency::kResident
+                                                                   : trace::Residency::kOnHost});
   buffer = Buffer{};
   freeIds_.push_back(id);
   stats_.frees++;
@@ -285,7 +298,8 @@ bool Residency::reclaimQuarantine(bool wait) {
 
 // ---- making room --------------------------------------------------------------------------
 
-CUresult Residency::makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now) {
+CUresult Residency::makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
+                             uint32_t cause) {
   auto fits = [&] { return deviceBytes() + bytes <= config_.budgetBytes; };
   if (fits()) return CUDA_SUCCESS;
   // Cheapest first: memory nobody uses any more.
@@ -295,7 +309,9 @@ CUresult Residency::makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, 
     reclaimQuarantine(true);
     trimPool(UINT64_MAX);
   }
+  // Never the work being prepared, nor work other threads prepared and have not enqueued yet.
   keepIds_.assign(keep.begin(), keep.end());
+  keepIds_.insert(keepIds_.end(), heldIds_.begin(), heldIds_.end());
   policy::Victim victims[kVictimBatch];
   while (!fits()) {
     policy::EvictRequest request;
@@ -304,14 +320,14 @@ CUresult Residency::makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, 
     request.urgent = true;
     request.keep = keepIds_;
     size_t count = policy_->chooseVictims(request, victims);
-    if (count == 0 || !evict(victims, count, now)) break;
+    if (count == 0 || !evict(victims, count, now, cause)) break;
     trimPool(UINT64_MAX);
   }
   if (fits()) return CUDA_SUCCESS;
   return config_.strict ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
 
-bool Residency::evict(const policy::Victim* victims, size_t count, int64_t now) {
+bool Residency::evict(const policy::Victim* victims, size_t count, int64_t now, uint32_t cause) {
   if (evictStream_ == nullptr &&
       api_.cuStreamCreate(&evictStream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
     DELTA_WARN_ONCE("cannot create the eviction stream; running over budget");
@@ -326,7 +342,8 @@ bool Residency::evict(const policy::Victim* victims, size_t count, int64_t now) 
     const uint32_t id = victims[v].id;
     if (id >= buffers_.size()) continue;
     Buffer& buffer = buffers_[id];
-    if (!buffer.live || buffer.state != State::kResident || buffer.pinned) continue;
+    if (!buffer.live || buffer.state != State::kResident || buffer.pinned || buffer.held > 0)
+      continue;
     syncAll |= buffer.manyStreams;
     for (int i = 0; i < buffer.useCount && !syncAll; ++i) {
       StreamUse& use = buffer.uses[i];
@@ -401,9 +418,16 @@ bool Residency::evict(const policy::Victim* victims, size_t count, int64_t now) 
   }
 
   bool any = false;
+  trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed);
+  const int64_t end = nowNs();
   for (size_t i = 0; i < evicting; ++i) {
     if (chosen[i] == AddressMap::kNone) continue;
     Buffer& buffer = buffers_[chosen[i]];
+    if (trace)
+      trace->evict(trace::EvictRecord{static_cast<uint64_t>(waitStart), static_cast<uint64_t>(end),
+                                      buffer.serial, buffer.bytes,
+                                      static_cast<uint64_t>(waited) / evicting,
+                                      reinterpret_cast<uint64_t>(evictStream_), cause, 0});
     api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
     releasePhysical(buffer.mappedBytes, buffer.handle);
     buffer.handle = 0;
@@ -423,7 +447,8 @@ bool Residency::evict(const policy::Victim* victims, size_t count, int64_t now) 
   return any;
 }
 
-CUresult Residency::restore(uint32_t id, CUstream stream) {
+CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause) {
+  const int64_t start = nowNs();
   Buffer& buffer = buffers_[id];
   CUmemGenericAllocationHandle handle = 0;
   CUresult result = acquirePhysical(buffer.mappedBytes, &handle);
@@ -455,7 +480,13 @@ CUresult Residency::restore(uint32_t id, CUstream stream) {
   stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
   stats_.restores++;
   stats_.bytesToDevice += buffer.bytes;
-  policy_->onRestored(id, nowNs());
+  const int64_t now = nowNs();
+  policy_->onRestored(id, now);
+  // The copy runs on the stream, ahead of the work: its end is not known here.
+  if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
+    trace->restore(trace::RestoreRecord{static_cast<uint64_t>(start), static_cast<uint64_t>(now),
+                                        buffer.serial, buffer.bytes, 0,
+                                        reinterpret_cast<uint64_t>(stream), cause, 0});
   return CUDA_SUCCESS;
 }
 
@@ -518,16 +549,67 @@ void Residency::orderAfterRestore(Buffer& buffer, CUstream stream) {
   if (stream != buffer.restoreStream) api_.cuStreamWaitEvent(stream, buffer.restoreEvent, 0);
 }
 
+void Residency::traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel, bool analysed,
+                          int64_t now) {
+  trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed);
+  if (trace == nullptr) return;
+  const uint64_t streamId = reinterpret_cast<uint64_t>(stream);
+  traceBuffers_.clear();
+  for (uint32_t id : workingSet_) traceBuffers_.push_back(buffers_[id].serial);
+  switch (work.kind) {
+    case WorkInfo::Kind::kKernel:
+    case WorkInfo::Kind::kOpaque: {
+      trace::LaunchRecord record;
+      record.time_ns = static_cast<uint64_t>(now);
+      record.stream = streamId;
+      record.kernel = kernel;
+      for (int i = 0; i < 3; ++i) {
+        record.grid[i] = work.grid[i];
+        record.block[i] = work.block[i];
+      }
+      record.flags = analysed ? trace::kLaunchAnalysed : 0;
+      record.buffers = traceBuffers_;
+      trace->launch(record);
+      return;
+    }
+    case WorkInfo::Kind::kCopy: {
+      auto serialAt = [this](uint64_t address) -> uint64_t {
+        uint32_t id = addresses_.find(address);
+        return id == AddressMap::kNone ? 0 : buffers_[id].serial;
+      };
+      trace->copy(trace::CopyRecord{static_cast<uint64_t>(now), work.bytes, streamId,
+                                    serialAt(work.copyDst), serialAt(work.copySrc),
+                                    work.copyKind});
+      return;
+    }
+    case WorkInfo::Kind::kMemset:
+      trace->memset(trace::MemsetRecord{static_cast<uint64_t>(now),
+                                        traceBuffers_.empty() ? 0 : traceBuffers_.front(),
+                                        work.bytes, streamId});
+      return;
+  }
+}
+
 CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* touches,
-                            size_t count, const char* what) {
+                            size_t count, const WorkInfo& work) {
+  trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed);
+  tHeld.emplace_back();  // paired with releaseHeld(), whatever happens below
   std::lock_guard lock(mutex_);
-  if (addresses_.size() == 0) return CUDA_SUCCESS;
+  const int64_t now = nowNs();
+  const uint32_t kernel = trace && work.name ? trace->internName(work.name) : 0;
   workingSet_.clear();
-  for (size_t i = 0; i < count; ++i) collect(touches[i], workingSet_);
-  if (workingSet_.empty()) return CUDA_SUCCESS;
+  if (addresses_.size() > 0)
+    for (size_t i = 0; i < count; ++i) collect(touches[i], workingSet_);
+  if (workingSet_.empty()) {
+    traceWork(stream, work, kernel, work.kind != WorkInfo::Kind::kOpaque, now);
+    return CUDA_SUCCESS;
+  }
+  const char* what = work.name            ? work.name
+                     : work.kind == WorkInfo::Kind::kCopy   ? "a copy"
+                     : work.kind == WorkInfo::Kind::kMemset ? "a memset"
+                                                            : "a launch";
 
   ReentryGuard guard;
-  const int64_t now = nowNs();
   uint64_t missing = 0;
   for (uint32_t id : workingSet_)
     if (buffers_[id].state != State::kResident) missing += buffers_[id].mappedBytes;
@@ -535,10 +617,13 @@ CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* 
   if (missing > 0) {
     uint64_t workingBytes = 0;
     for (uint32_t id : workingSet_) workingBytes += buffers_[id].mappedBytes;
-    result = makeRoom(missing, workingSet_, now);
+    result = makeRoom(missing, workingSet_, now, kernel);
     if (result != CUDA_SUCCESS) return result;  // strict: the caller fails the call
     if (deviceBytes() + missing > config_.budgetBytes) {
       stats_.overBudgetLaunches++;
+      if (trace)
+        trace->overBudget(trace::OverBudgetRecord{static_cast<uint64_t>(now), kernel, workingBytes,
+                                                  config_.budgetBytes});
       DELTA_WARN_ONCE("%s needs %llu MiB resident at once, more than DELTA_BUDGET allows with "
                       "what cannot be evicted; running it over budget (counted; DELTA_STRICT=1 "
                       "makes this an error)",
@@ -546,7 +631,7 @@ CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* 
     }
     for (uint32_t id : workingSet_) {
       if (buffers_[id].state == State::kResident) continue;
-      result = restore(id, stream);
+      result = restore(id, stream, kernel);
       if (result != CUDA_SUCCESS) {
         logLine("cannot restore a buffer of %llu bytes at 0x%llx for %s: %s",
                 (unsigned long long)buffers_[id].bytes, (unsigned long long)buffers_[id].address,
@@ -577,7 +662,30 @@ CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* 
   launch.stream = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(stream));
   launch.buffers = std::span<const policy::BufferId>(workingSet_.data(), workingSet_.size());
   policy_->onLaunch(launch);
+  traceWork(stream, work, kernel, work.kind != WorkInfo::Kind::kOpaque, now);
+  std::vector<uint32_t>& held = tHeld.back();
+  held.assign(workingSet_.begin(), workingSet_.end());
+  for (uint32_t id : held) {
+    buffers_[id].held++;
+    heldIds_.push_back(id);
+  }
   return CUDA_SUCCESS;
+}
+
+void Residency::releaseHeld() {
+  if (tHeld.empty()) return;
+  std::vector<uint32_t> held = std::move(tHeld.back());
+  tHeld.pop_back();
+  if (held.empty()) return;
+  std::lock_guard lock(mutex_);
+  for (uint32_t id : held) {
+    if (buffers_[id].held > 0) buffers_[id].held--;
+    auto it = std::find(heldIds_.begin(), heldIds_.end(), id);
+    if (it != heldIds_.end()) {
+      *it = heldIds_.back();
+      heldIds_.pop_back();
+    }
+  }
 }
 
 void Residency::prepareEverything(CUstream stream, bool perThreadStream) {
@@ -591,7 +699,10 @@ void Residency::prepareEverything(CUstream stream, bool perThreadStream) {
   Touch touch;
   touch.pointers = all.data();
   touch.pointerCount = all.size();
-  prepare(stream, perThreadStream, &touch, 1, "a launch that cannot be analysed");
+  WorkInfo work;
+  work.kind = WorkInfo::Kind::kOpaque;
+  work.name = "a launch that cannot be analysed";
+  prepare(stream, perThreadStream, &touch, 1, work);
 }
 
 void Residency::linkPointerTable(CUdeviceptr destination, const void* source, size_t bytes) {
@@ -616,6 +727,21 @@ bool Residency::pin(CUdeviceptr address, bool pinned) {
   buffers_[id].pinned = pinned;
   policy_->onPinned(id, pinned);
   return true;
+}
+
+void Residency::setTrace(trace::TraceWriter* trace) { trace_.store(trace); }
+
+trace::CloseTotals Residency::traceTotals() {
+  Stats s = stats();
+  trace::CloseTotals totals;
+  totals.peak_resident = s.peakResidentBytes;
+  totals.bytes_h2d = s.bytesToDevice;
+  totals.bytes_d2h = s.bytesToHost;
+  totals.evictions = s.evictions;
+  totals.restores = s.restores;
+  totals.stall_ns = s.stallNs;
+  totals.over_budget_launches = s.overBudgetLaunches;
+  return totals;
 }
 
 Stats Residency::stats() {

@@ -30,6 +30,7 @@
 #include "policy/policy.h"
 #include "shim/address_map.h"
 #include "shim/real_api.h"
+#include "trace/trace_writer.h"
 
 namespace delta::shim {
 
@@ -57,6 +58,19 @@ struct Stats {
   uint64_t hostBytes = 0;
   uint64_t pageableFallbacks = 0;
   uint64_t liveBuffers = 0;
+};
+
+// What the work being prepared is, for messages and the trace.
+struct WorkInfo {
+  enum class Kind : uint8_t { kKernel, kCopy, kMemset, kOpaque };
+  Kind kind = Kind::kKernel;
+  const char* name = nullptr;  // kernel name: a pointer that stays valid (CUPTI's, the driver's)
+  uint32_t grid[3] = {0, 0, 0};
+  uint32_t block[3] = {0, 0, 0};
+  trace::CopyKind copyKind = trace::CopyKind::kDefault;
+  uint64_t bytes = 0;          // copies and memsets
+  uint64_t copyDst = 0;        // copies: the two addresses
+  uint64_t copySrc = 0;
 };
 
 // What a launch, copy or memset is about to touch.
@@ -88,8 +102,14 @@ class Residency {
     uint64_t rangeBytes = 0;
     UseKind kind = UseKind::kKernel;
   };
+  //
+  // The work is enqueued only after this returns (prepare runs at API_ENTER), so the buffers
+  // stay held — never evicted — until the caller calls releaseHeld() once the work is in its
+  // stream (API_EXIT). Every prepare() must be paired with one releaseHeld() on the same
+  // thread; pairs nest.
   CUresult prepare(CUstream stream, bool perThreadStream, const Touch* touches, size_t count,
-                   const char* what);
+                   const WorkInfo& work);
+  void releaseHeld();
   // A launch that could not be analysed: every evicted buffer is brought back (over budget
   // if it must be) so that whatever it touches is there.
   void prepareEverything(CUstream stream, bool perThreadStream);
@@ -104,6 +124,10 @@ class Residency {
   Stats stats();
   uint64_t budget() const { return config_.budgetBytes; }
 
+  // Records into `trace` from now on (nullptr: stop). The writer must outlive the calls.
+  void setTrace(trace::TraceWriter* trace);
+  trace::CloseTotals traceTotals();
+
  private:
   enum class State : uint8_t { kResident, kEvicted };
   struct StreamUse {
@@ -113,6 +137,7 @@ class Residency {
   static constexpr int kMaxStreamUses = 4;
   struct Buffer {
     bool live = false;
+    uint64_t serial = 0;       // the buffer's id in the trace: unique for the process's life
     CUdeviceptr address = 0;
     uint64_t bytes = 0;        // as asked
     uint64_t mappedBytes = 0;  // rounded to the granularity
@@ -122,6 +147,7 @@ class Residency {
     bool hostPinned = false;
     bool hostValid = false;    // host copy equals the device contents
     bool pinned = false;
+    uint32_t held = 0;         // prepared launches not yet enqueued that touch it
     StreamUse uses[kMaxStreamUses];
     int useCount = 0;
     bool manyStreams = false;  // used on more streams than tracked: evicting syncs the device
@@ -140,9 +166,12 @@ class Residency {
   };
 
   uint64_t deviceBytes() const { return resident_ + pooled_ + quarantinedBytes_; }
-  CUresult makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now);
-  bool evict(const policy::Victim* victims, size_t count, int64_t now);
-  CUresult restore(uint32_t id, CUstream stream);
+  // `cause`: the trace's name id of the work that needs the room (0: an allocation).
+  CUresult makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
+                    uint32_t cause);
+  bool evict(const policy::Victim* victims, size_t count, int64_t now, uint32_t cause);
+  CUresult restore(uint32_t id, CUstream stream, uint32_t cause);
+  void traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel, bool analysed, int64_t now);
   CUresult acquirePhysical(uint64_t bytes, CUmemGenericAllocationHandle* handle);
   void releasePhysical(uint64_t bytes, CUmemGenericAllocationHandle handle);
   void trimPool(uint64_t bytes);
@@ -177,11 +206,15 @@ class Residency {
   std::vector<CUevent> eventPool_;
   CUstream evictStream_ = nullptr;
   Stats stats_;
+  uint64_t nextSerial_ = 1;
+  std::atomic<trace::TraceWriter*> trace_{nullptr};
+  std::vector<uint64_t> traceBuffers_;  // scratch: serials of a launch's buffers
 
   // Scratch for the launch path, reused so that it does not allocate once grown.
   std::vector<uint32_t> workingSet_;
   std::vector<uint32_t> writtenScratch_;
   std::vector<policy::BufferId> keepIds_;
+  std::vector<uint32_t> heldIds_;  // buffers of prepared launches not yet enqueued (repeats kept)
 };
 
 int64_t nowNs();

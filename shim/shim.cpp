@@ -1,5 +1,6 @@
 #include "shim/shim.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -99,9 +100,68 @@ Residency* Shim::activate() {
   logVerbose(1, "active: budget %llu MiB of %llu MiB, policy %s, host limit %llu MiB",
              (unsigned long long)(budget >> 20), (unsigned long long)(deviceBytes >> 20),
              options_.policy.c_str(), (unsigned long long)(hostLimit >> 20));
-  if (options_.verbose >= 1) std::atexit([] { Shim::instance().printSummary(); });
+  char deviceName[256] = "";
+  driver_.cuDeviceGetName(deviceName, sizeof deviceName, device);
+  if (!options_.tracePath.empty()) openTrace(*residency, deviceName, deviceBytes, budget);
+  pthread_atfork(nullptr, nullptr, afterForkInChild);
+  std::atexit([] { Shim::instance().finish(); });
   residency_.store(residency, std::memory_order_release);
   return residency;
+}
+
+void Shim::openTrace(Residency& residency, const char* deviceName, uint64_t deviceBytes,
+                     uint64_t budget) {
+  trace::WriterOptions writer;
+  writer.path = options_.tracePath;
+  writer.overwrite = options_.traceOverwrite;
+  writer.on_error = [](const char* message, void*) {
+    logLine("trace: %s; recording stopped (the job goes on)", message);
+  };
+  trace::TraceInfo info;
+  info.producer = std::string("libdelta ") + DELTA_VERSION_STRING;
+  info.device_name = deviceName;
+  info.device_memory = deviceBytes;
+  info.budget = budget;
+  info.policy = options_.policy;
+  // The options in force, "DELTA_X=value" per line, as the verbose listing shows them.
+  std::string described = describeOptions(options_);
+  for (size_t start = 0; start < described.size();) {
+    size_t end = described.find('\n', start);
+    if (end == std::string::npos) end = described.size();
+    std::string line = described.substr(start, end - start);
+    if (line.rfind("libdelta: ", 0) == 0) line = line.substr(10);
+    info.options += line.substr(0, line.find(" (default")) + "\n";
+    start = end + 1;
+  }
+  std::string error = trace_.open(writer, info);
+  if (!error.empty()) {
+    logLine("DELTA_TRACE: %s; running without a trace", error.c_str());
+    return;
+  }
+  residency.setTrace(&trace_);
+}
+
+void Shim::afterForkInChild() {
+  // The child of a CUDA process cannot use CUDA; it must not write into the parent's trace
+  // nor touch the parent's residency state either.
+  Shim& shim = instance();
+  detachCupti();
+  shim.trace_.onForkChild();
+  shim.passThrough_.store(true);
+  shim.residency_.store(nullptr);
+}
+
+void Shim::finish() {
+  Residency* residency = residency_.load();
+  if (residency == nullptr) return;
+  if (options_.verbose >= 1) printSummary();
+  if (trace_.enabled()) {
+    residency->setTrace(nullptr);
+    trace::WriterCounts counts = trace_.close(residency->traceTotals());
+    if (counts.dropped > 0)
+      logLine("trace: %llu records dropped (disk too slow or full)",
+              (unsigned long long)counts.dropped);
+  }
 }
 
 void Shim::printSummary() {

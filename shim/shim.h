@@ -11,6 +11,7 @@
 #include "shim/options.h"
 #include "shim/real_api.h"
 #include "shim/residency.h"
+#include "trace/trace_writer.h"
 
 namespace delta::shim {
 
@@ -34,15 +35,21 @@ class Shim {
   const DriverApi& driver() const { return driver_; }
   uint64_t minManagedBytes() const { return options_.minBytes; }
 
+  // At exit: the summary (DELTA_VERBOSE) and the trace's closing record.
+  void finish();
   void printSummary();
 
  private:
   Residency* activate();
+  void openTrace(Residency& residency, const char* deviceName, uint64_t deviceBytes,
+                 uint64_t budget);
+  static void afterForkInChild();
 
   Options options_;
   DriverApi driver_;
   std::atomic<Residency*> residency_{nullptr};
   std::atomic<bool> passThrough_{false};
+  trace::TraceWriter trace_;
 };
 
 }  // namespace delta::shim

@@ -1,7 +1,8 @@
 // Tests of the train-mlp workload as a program: it runs, its checksum depends only on its
-// parameters, its measured peak follows --peak, and it fails cleanly (out of memory, bad
-// arguments). Each case runs the binary, whose path meson passes as the first argument, with
-// posix_spawn and parses its `key: value` output.
+// parameters, its measured peak follows --peak, deep models (--layers) keep every launch's
+// working set small, replicas (--threads) are independent, and it fails cleanly (out of
+// memory, bad arguments). Each case runs the binary, whose path meson passes as the first
+// argument, with posix_spawn and parses its `key: value` output.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <spawn.h>
@@ -188,14 +189,94 @@ TEST(TrainMlp, OutOfMemoryFailsCleanly) {
   EXPECT_EQ(r.value("checksum"), "");
 }
 
+// Deep models: the same parameters give the same bytes, --layers 2 is the default model, the
+// measured peak still follows --peak, and no launch touches more than a quarter of the peak
+// (what the shim's end-to-end tests rely on to run every launch within a budget of peak / 2).
+TEST(TrainMlp, LayersDeterministicAndSmallWorkingSet) {
+  for (const char* layers : {"8", "16"}) {
+    SCOPED_TRACE(std::string("--layers ") + layers);
+    const std::vector<std::string> args = {"--peak", "32M", "--iters", "2", "--layers", layers};
+    const Outcome first = run(args, {kDeviceMemory});
+    const Outcome second = run(args, {kDeviceMemory});
+    ASSERT_EQ(first.exit_code, 0) << first.describe();
+    ASSERT_EQ(second.exit_code, 0) << second.describe();
+    EXPECT_EQ(first.value("hidden_layers"), layers);
+    EXPECT_TRUE(std::regex_match(first.value("checksum"), std::regex("0x[0-9a-f]{16}")))
+        << first.describe();
+    EXPECT_EQ(first.value("checksum"), second.value("checksum"));
+    EXPECT_EQ(first.all("loss"), second.all("loss"));
+    const uint64_t requested = 32ull << 20;
+    const uint64_t measured = first.number("peak_live_bytes");
+    EXPECT_EQ(measured, first.number("planned_peak_bytes"));
+    EXPECT_LE(measured, requested);
+    EXPECT_GE(measured, requested - requested * 15 / 100) << first.describe();
+    const uint64_t working_set = first.number("max_launch_working_set_bytes");
+    EXPECT_GT(working_set, 0u) << first.describe();
+    EXPECT_LE(working_set, measured / 4) << first.describe();
+    EXPECT_EQ(working_set, second.number("max_launch_working_set_bytes"));
+  }
+  const Outcome plain = run({"--peak", "8M", "--iters", "2"}, {kDeviceMemory});
+  const Outcome two = run({"--peak", "8M", "--iters", "2", "--layers", "2"}, {kDeviceMemory});
+  ASSERT_EQ(plain.exit_code, 0) << plain.describe();
+  ASSERT_EQ(two.exit_code, 0) << two.describe();
+  EXPECT_EQ(plain.value("layers"), "8-16-16-1");
+  EXPECT_EQ(plain.value("checksum"), two.value("checksum"));
+}
+
+// Replica i of a --threads T job with seed S and peak P is the one-thread job with seed S + i
+// and peak P / T, whatever the other replicas do at the same time; the overall checksum
+// covers the replicas in thread order and is as deterministic as each of them.
+TEST(TrainMlp, ThreadsAreIndependentReplicas) {
+  const std::vector<std::string> args = {"--peak", "32M", "--iters", "2", "--layers", "8",
+                                         "--seed", "5", "--threads", "2"};
+  const Outcome first = run(args, {kDeviceMemory});
+  const Outcome second = run(args, {kDeviceMemory});
+  ASSERT_EQ(first.exit_code, 0) << first.describe();
+  ASSERT_EQ(second.exit_code, 0) << second.describe();
+  EXPECT_EQ(first.err, "");
+  EXPECT_EQ(first.value("threads"), "2");
+  for (const char* key : {"checksum", "checksum_thread_0", "checksum_thread_1"}) {
+    EXPECT_TRUE(std::regex_match(first.value(key), std::regex("0x[0-9a-f]{16}")))
+        << key << "\n" << first.describe();
+    EXPECT_EQ(first.value(key), second.value(key)) << key;
+  }
+  for (const char* key : {"loss_thread_0", "loss_thread_1"}) {
+    EXPECT_EQ(first.all(key).size(), 2u) << key << "\n" << first.describe();
+    EXPECT_EQ(first.all(key), second.all(key)) << key;
+  }
+  EXPECT_NE(first.value("checksum_thread_0"), first.value("checksum_thread_1"));
+  EXPECT_NE(first.value("checksum"), first.value("checksum_thread_0"));
+  EXPECT_LE(first.number("peak_live_bytes"), 32ull << 20);
+  EXPECT_LE(first.number("max_launch_working_set_bytes"), first.number("peak_live_bytes") / 4);
+
+  for (const int thread : {0, 1}) {
+    SCOPED_TRACE("thread " + std::to_string(thread));
+    const Outcome alone = run({"--peak", "16M", "--iters", "2", "--layers", "8", "--seed",
+                               std::to_string(5 + thread)},
+                              {kDeviceMemory});
+    ASSERT_EQ(alone.exit_code, 0) << alone.describe();
+    EXPECT_EQ(alone.value("rows"), first.value("rows"));
+    EXPECT_EQ(alone.value("checksum"), first.value("checksum_thread_" + std::to_string(thread)));
+    EXPECT_EQ(alone.all("loss"), first.all("loss_thread_" + std::to_string(thread)));
+  }
+}
+
 TEST(TrainMlp, BadArgumentsExitTwo) {
   const std::vector<std::vector<std::string>> cases = {
-      {"--peak", "12X"}, {"--peak", "0"},    {"--peak"},          {"--peak", "1K"},
-      {"--iters", "0"},  {"--iters", "x"},   {"--seed", "-1"},    {"--bogus"},
-      {"extra"},         {"--peak=-5M"},
+      {"--peak", "12X"},     {"--peak", "0"},        {"--peak"},
+      {"--peak", "1K"},      {"--iters", "0"},       {"--iters", "x"},
+      {"--seed", "-1"},      {"--bogus"},            {"extra"},
+      {"--peak=-5M"},        {"--layers", "0"},      {"--layers", "65"},
+      {"--layers", "x"},     {"--layers="},          {"--layers"},
+      {"--threads", "0"},    {"--threads", "17"},    {"--threads", "-2"},
+      {"--threads"},         {"--threads", "1M"},
+      // A peak the one-thread job fits in, but not 16 replicas sharing it.
+      {"--peak", "1M", "--threads", "16"},
   };
   for (const auto& args : cases) {
-    SCOPED_TRACE(args[0] + (args.size() > 1 ? " " + args[1] : ""));
+    std::string command_line;
+    for (const auto& arg : args) command_line += " " + arg;
+    SCOPED_TRACE(command_line);
     const Outcome r = run(args);
     EXPECT_EQ(r.exit_code, 2) << r.describe();
     EXPECT_EQ(r.out, "");
