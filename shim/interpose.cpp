@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "shim/cupti_switchboard.h"
+#include "shim/ipc.h"
 #include "shim/log.h"
 #include "shim/reentry_guard.h"
 #include "shim/shim.h"
@@ -74,7 +75,9 @@ void reportBudget(Residency& residency, size_t* free, size_t* total) {
 // Names the shim hands out its own functions for.
 bool isManagedDriverSymbol(std::string_view name) {
   return name == "cuMemAlloc_v2" || name == "cuMemFree_v2" || name == "cuMemGetInfo_v2" ||
-         name == "cuGetProcAddress_v2" || name == "cuGetProcAddress" || name == "cuLaunchKernel";
+         name == "cuGetProcAddress_v2" || name == "cuGetProcAddress" || name == "cuLaunchKernel" ||
+         name == "cuIpcGetMemHandle" || name == "cuIpcOpenMemHandle_v2" ||
+         name == "cuIpcCloseMemHandle";
 }
 
 }  // namespace
@@ -121,6 +124,95 @@ DELTA_EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   if (result != cudaSuccess || insideShim()) return result;
   if (Residency* residency = managingFree()) reportBudget(*residency, free, total);
   return result;
+}
+
+// ---- IPC: managed buffers are shared by the shim itself (see ipc.h) ---------------------
+
+namespace delta::shim {
+namespace {
+
+// The driver functions, once the shim has loaded them (activating it if need be).
+const DriverApi* loadedDriver() {
+  Shim& shim = Shim::instance();
+  if (shim.disabled() || insideShim()) return nullptr;
+  shim.active();
+  return shim.driver().cuMemImportFromShareableHandle ? &shim.driver() : nullptr;
+}
+
+}  // namespace
+}  // namespace delta::shim
+
+namespace {
+decltype(&::cuIpcGetMemHandle) gRealCuIpcGet = nullptr;
+}
+
+DELTA_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* devPtr) {
+  auto real = runtimeApi().cudaIpcGetMemHandle;
+  if (real == nullptr) return cudaErrorInsufficientDriver;
+  if (Residency* residency = managingFree(); residency && handle) {
+    CUresult r = exportIpcHandle(*residency, reinterpret_cast<CUdeviceptr>(devPtr),
+                                 reinterpret_cast<CUipcMemHandle*>(handle));
+    if (r != CUDA_ERROR_NOT_FOUND) return static_cast<cudaError_t>(r);
+  }
+  return real(handle, devPtr);
+}
+
+DELTA_EXPORT cudaError_t cudaIpcOpenMemHandle(void** devPtr, cudaIpcMemHandle_t handle,
+                                              unsigned int flags) {
+  auto real = runtimeApi().cudaIpcOpenMemHandle;
+  if (real == nullptr) return cudaErrorInsufficientDriver;
+  // The runtime loads the driver; let it, before the shim looks for it.
+  if (devPtr != nullptr && !insideShim()) ensureRuntimeContext();
+  if (const DriverApi* api = devPtr ? loadedDriver() : nullptr) {
+    CUipcMemHandle driverHandle;
+    std::memcpy(&driverHandle, &handle, sizeof driverHandle);
+    CUresult r = openIpcHandle(*api, driverHandle, reinterpret_cast<CUdeviceptr*>(devPtr));
+    if (r != CUDA_ERROR_NOT_FOUND) return static_cast<cudaError_t>(r);
+  }
+  return real(devPtr, handle, flags);
+}
+
+DELTA_EXPORT cudaError_t cudaIpcCloseMemHandle(void* devPtr) {
+  auto real = runtimeApi().cudaIpcCloseMemHandle;
+  if (real == nullptr) return cudaErrorInsufficientDriver;
+  if (const DriverApi* api = loadedDriver()) {
+    CUresult r = closeIpcHandle(*api, reinterpret_cast<CUdeviceptr>(devPtr));
+    if (r != CUDA_ERROR_NOT_FOUND) return static_cast<cudaError_t>(r);
+  }
+  return real(devPtr);
+}
+
+DELTA_EXPORT CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
+  auto real = interceptedDriver().cuIpcGetMemHandle
+                  ? interceptedDriver().cuIpcGetMemHandle
+                  : nextFunction(gRealCuIpcGet, "cuIpcGetMemHandle");
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (Residency* residency = managingFree(); residency && pHandle) {
+    CUresult r = exportIpcHandle(*residency, dptr, pHandle);
+    if (r != CUDA_ERROR_NOT_FOUND) return r;
+  }
+  return real(pHandle, dptr);
+}
+
+DELTA_EXPORT CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle,
+                                                   unsigned int Flags) {
+  auto real = REAL_DRIVER(cuIpcOpenMemHandle_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (const DriverApi* api = pdptr ? loadedDriver() : nullptr) {
+    CUresult r = openIpcHandle(*api, handle, pdptr);
+    if (r != CUDA_ERROR_NOT_FOUND) return r;
+  }
+  return real(pdptr, handle, Flags);
+}
+
+DELTA_EXPORT CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
+  auto real = REAL_DRIVER(cuIpcCloseMemHandle);
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (const DriverApi* api = loadedDriver()) {
+    CUresult r = closeIpcHandle(*api, dptr);
+    if (r != CUDA_ERROR_NOT_FOUND) return r;
+  }
+  return real(dptr);
 }
 
 // Launches are seen through CUPTI. Only under DELTA_STRICT=1 are they also interposed here:
@@ -228,6 +320,15 @@ CUresult answerProcAddress(CUresult result, const char* symbol, void** pfn, cuui
   } else if (base == "cuMemGetInfo") {
     real.cuMemGetInfo_v2 = reinterpret_cast<decltype(real.cuMemGetInfo_v2)>(*pfn);
     *pfn = replacementFor("cuMemGetInfo_v2");
+  } else if (base == "cuIpcGetMemHandle") {
+    real.cuIpcGetMemHandle = reinterpret_cast<decltype(real.cuIpcGetMemHandle)>(*pfn);
+    *pfn = replacementFor("cuIpcGetMemHandle");
+  } else if (base == "cuIpcOpenMemHandle") {
+    real.cuIpcOpenMemHandle_v2 = reinterpret_cast<decltype(real.cuIpcOpenMemHandle_v2)>(*pfn);
+    *pfn = replacementFor("cuIpcOpenMemHandle_v2");
+  } else if (base == "cuIpcCloseMemHandle") {
+    real.cuIpcCloseMemHandle = reinterpret_cast<decltype(real.cuIpcCloseMemHandle)>(*pfn);
+    *pfn = replacementFor("cuIpcCloseMemHandle");
   } else if (base == "cuLaunchKernel" && !(flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) {
     // (The per-thread variant is left to CUPTI alone: strict mode does not cover it.)
     real.cuLaunchKernel = reinterpret_cast<decltype(real.cuLaunchKernel)>(*pfn);
@@ -276,6 +377,9 @@ void* replacementFor(std::string_view name) {
   if (name == "cuGetProcAddress_v2") return reinterpret_cast<void*>(&::cuGetProcAddress_v2);
   if (name == "cuGetProcAddress") return reinterpret_cast<void*>(&::cuGetProcAddress);
   if (name == "cuLaunchKernel") return reinterpret_cast<void*>(&::cuLaunchKernel);
+  if (name == "cuIpcGetMemHandle") return reinterpret_cast<void*>(&::cuIpcGetMemHandle);
+  if (name == "cuIpcOpenMemHandle_v2") return reinterpret_cast<void*>(&::cuIpcOpenMemHandle_v2);
+  if (name == "cuIpcCloseMemHandle") return reinterpret_cast<void*>(&::cuIpcCloseMemHandle);
   return nullptr;
 }
 
@@ -310,5 +414,13 @@ DELTA_EXPORT void* dlsym(void* handle, const char* symbol) {
     gRealGetProcAddressV1 = reinterpret_cast<GetProcAddressV1>(found);
   else if (name == "cuLaunchKernel")
     intercepted.cuLaunchKernel = reinterpret_cast<decltype(intercepted.cuLaunchKernel)>(found);
+  else if (name == "cuIpcGetMemHandle")
+    intercepted.cuIpcGetMemHandle = reinterpret_cast<decltype(intercepted.cuIpcGetMemHandle)>(found);
+  else if (name == "cuIpcOpenMemHandle_v2")
+    intercepted.cuIpcOpenMemHandle_v2 =
+        reinterpret_cast<decltype(intercepted.cuIpcOpenMemHandle_v2)>(found);
+  else if (name == "cuIpcCloseMemHandle")
+    intercepted.cuIpcCloseMemHandle =
+        reinterpret_cast<decltype(intercepted.cuIpcCloseMemHandle)>(found);
   return replacementFor(name);
 }

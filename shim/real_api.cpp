@@ -58,6 +58,10 @@ const RuntimeApi& runtimeApi() {
         lookup(RTLD_NEXT, "cudaGetFuncBySymbol"));
     found.cudaIpcGetMemHandle = reinterpret_cast<decltype(found.cudaIpcGetMemHandle)>(
         lookup(RTLD_NEXT, "cudaIpcGetMemHandle"));
+    found.cudaIpcOpenMemHandle = reinterpret_cast<decltype(found.cudaIpcOpenMemHandle)>(
+        lookup(RTLD_NEXT, "cudaIpcOpenMemHandle"));
+    found.cudaIpcCloseMemHandle = reinterpret_cast<decltype(found.cudaIpcCloseMemHandle)>(
+        lookup(RTLD_NEXT, "cudaIpcCloseMemHandle"));
     return found;
   }();
   return api;

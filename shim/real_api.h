@@ -21,7 +21,9 @@ DlsymFunction realDlsym();
   X(cuMemcpyDtoHAsync_v2) X(cuStreamCreate) X(cuStreamWaitEvent) X(cuStreamSynchronize)   \
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)                 \
   X(cuEventDestroy_v2) X(cuFuncGetParamInfo) X(cuFuncGetName) X(cuIpcGetMemHandle)         \
-  X(cuCtxSynchronize) X(cuLaunchKernel)
+  X(cuCtxSynchronize) X(cuLaunchKernel) X(cuMemExportToShareableHandle)                   \
+  X(cuMemImportFromShareableHandle) X(cuMemcpyDtoDAsync_v2) X(cuIpcOpenMemHandle_v2)        \
+  X(cuIpcCloseMemHandle)
 
 struct DriverApi {
 #define DELTA_DECLARE(name) decltype(&::name) name = nullptr;
@@ -42,6 +44,8 @@ struct RuntimeApi {
   decltype(&::cudaMemGetInfo) cudaMemGetInfo = nullptr;
   decltype(&::cudaGetFuncBySymbol) cudaGetFuncBySymbol = nullptr;
   decltype(&::cudaIpcGetMemHandle) cudaIpcGetMemHandle = nullptr;
+  decltype(&::cudaIpcOpenMemHandle) cudaIpcOpenMemHandle = nullptr;
+  decltype(&::cudaIpcCloseMemHandle) cudaIpcCloseMemHandle = nullptr;
 };
 const RuntimeApi& runtimeApi();
 
@@ -54,6 +58,8 @@ struct InterceptedDriver {
   decltype(&::cuMemGetInfo_v2) cuMemGetInfo_v2 = nullptr;
   decltype(&::cuIpcGetMemHandle) cuIpcGetMemHandle = nullptr;
   decltype(&::cuLaunchKernel) cuLaunchKernel = nullptr;
+  decltype(&::cuIpcOpenMemHandle_v2) cuIpcOpenMemHandle_v2 = nullptr;
+  decltype(&::cuIpcCloseMemHandle) cuIpcCloseMemHandle = nullptr;
 };
 InterceptedDriver& interceptedDriver();
 

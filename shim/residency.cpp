@@ -1,5 +1,7 @@
 #include "shim/residency.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -18,8 +20,10 @@ int64_t nowNs() {
 
 namespace {
 
-// Per thread, the buffers each not-yet-released prepare() holds, innermost last.
+// Per thread, the buffers each not-yet-released prepare() holds, innermost last. The vectors
+// are kept (only tHeldDepth moves) so that the launch path does not allocate once grown.
 thread_local std::vector<std::vector<uint32_t>> tHeld;
+thread_local size_t tHeldDepth = 0;
 
 constexpr uint32_t kMaxBuffers = 1u << 18;
 constexpr size_t kVictimBatch = 64;
@@ -245,6 +249,7 @@ bool Residency::free(CUdeviceptr address) {
     buffer.restoreEvent = nullptr;
   }
   if (synced) api_.cuCtxSynchronize();  // untracked uses: the safe, slow way
+  if (buffer.exportFd >= 0) close(buffer.exportFd);
   if (buffer.state == State::kResident) {
     resident_ -= buffer.mappedBytes;
     quarantinedBytes_ += buffer.mappedBytes;
@@ -593,7 +598,9 @@ void Residency::traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel
 CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* touches,
                             size_t count, const WorkInfo& work) {
   trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed);
-  tHeld.emplace_back();  // paired with releaseHeld(), whatever happens below
+  // Paired with releaseHeld(), whatever happens below.
+  if (tHeld.size() <= tHeldDepth) tHeld.emplace_back();
+  tHeld[tHeldDepth++].clear();
   std::lock_guard lock(mutex_);
   const int64_t now = nowNs();
   const uint32_t kernel = trace && work.name ? trace->internName(work.name) : 0;
@@ -663,7 +670,7 @@ CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* 
   launch.buffers = std::span<const policy::BufferId>(workingSet_.data(), workingSet_.size());
   policy_->onLaunch(launch);
   traceWork(stream, work, kernel, work.kind != WorkInfo::Kind::kOpaque, now);
-  std::vector<uint32_t>& held = tHeld.back();
+  std::vector<uint32_t>& held = tHeld[tHeldDepth - 1];
   held.assign(workingSet_.begin(), workingSet_.end());
   for (uint32_t id : held) {
     buffers_[id].held++;
@@ -673,9 +680,8 @@ CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* 
 }
 
 void Residency::releaseHeld() {
-  if (tHeld.empty()) return;
-  std::vector<uint32_t> held = std::move(tHeld.back());
-  tHeld.pop_back();
+  if (tHeldDepth == 0) return;
+  std::vector<uint32_t>& held = tHeld[--tHeldDepth];
   if (held.empty()) return;
   std::lock_guard lock(mutex_);
   for (uint32_t id : held) {
@@ -686,6 +692,7 @@ void Residency::releaseHeld() {
       heldIds_.pop_back();
     }
   }
+  held.clear();
 }
 
 void Residency::prepareEverything(CUstream stream, bool perThreadStream) {
@@ -742,6 +749,68 @@ trace::CloseTotals Residency::traceTotals() {
   totals.stall_ns = s.stallNs;
   totals.over_budget_launches = s.overBudgetLaunches;
   return totals;
+}
+
+CUresult Residency::exportBuffer(CUdeviceptr address, CUdeviceptr* base, uint64_t* bytes, int* fd) {
+  ReentryGuard guard;
+  std::lock_guard lock(mutex_);
+  uint32_t id = addresses_.find(address);
+  if (id == AddressMap::kNone) return CUDA_ERROR_NOT_FOUND;
+  Buffer& buffer = buffers_[id];
+  *base = buffer.address;
+  *bytes = buffer.mappedBytes;
+  if (buffer.exportFd >= 0) {
+    *fd = buffer.exportFd;
+    return CUDA_SUCCESS;
+  }
+  buffer.pinned = true;
+  policy_->onPinned(id, true);
+  const std::vector<uint32_t> keep{id};
+  const int64_t now = nowNs();
+  if (buffer.state != State::kResident) {
+    if (CUresult r = makeRoom(buffer.mappedBytes, keep, now, 0); r != CUDA_SUCCESS) return r;
+    if (CUresult r = restore(id, nullptr, 0); r != CUDA_SUCCESS) return r;
+  }
+  // Re-back the buffer with physical memory that can be exported: copy it through a
+  // temporary mapping, then swap the mappings at the buffer's address. Export is rare.
+  if (CUresult r = makeRoom(buffer.mappedBytes, keep, now, 0); r != CUDA_SUCCESS) return r;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle exportable = 0;
+  CUresult result = api_.cuMemCreate(&exportable, buffer.mappedBytes, &prop, 0);
+  if (result != CUDA_SUCCESS) return result;
+  CUdeviceptr staging = 0;
+  result = api_.cuMemAddressReserve(&staging, buffer.mappedBytes, granularity_, 0, 0);
+  if (result == CUDA_SUCCESS) {
+    result = mapAt(staging, buffer.mappedBytes, exportable);
+    if (result == CUDA_SUCCESS) {
+      api_.cuCtxSynchronize();  // every queued use of the buffer, and its restore, is done
+      result = api_.cuMemcpyDtoDAsync_v2(staging, buffer.address, buffer.bytes, nullptr);
+      api_.cuCtxSynchronize();
+      api_.cuMemUnmap(staging, buffer.mappedBytes);
+    }
+    api_.cuMemAddressFree(staging, buffer.mappedBytes);
+  }
+  if (result == CUDA_SUCCESS) {
+    api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
+    api_.cuMemRelease(buffer.handle);
+    buffer.handle = exportable;
+    result = mapAt(buffer.address, buffer.mappedBytes, exportable);
+  } else {
+    api_.cuMemRelease(exportable);
+    return result;
+  }
+  if (result != CUDA_SUCCESS) return result;
+  int exported = -1;
+  result = api_.cuMemExportToShareableHandle(&exported, exportable,
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (result != CUDA_SUCCESS) return result;
+  buffer.exportFd = exported;
+  *fd = exported;
+  return CUDA_SUCCESS;
 }
 
 Stats Residency::stats() {

@@ -121,6 +121,13 @@ class Residency {
   // Never evicted while pinned (IPC exports, collectives, the public API).
   bool pin(CUdeviceptr address, bool pinned);
 
+  // Shares the managed buffer holding `address` with other processes: brings it back if it
+  // was evicted, pins it for good (an importer maps its physical memory directly), backs it
+  // with exportable physical memory at the same address, and returns a POSIX file
+  // descriptor for that memory (owned by the shim, valid until the buffer is freed).
+  // CUDA_ERROR_NOT_FOUND: not a managed buffer.
+  CUresult exportBuffer(CUdeviceptr address, CUdeviceptr* base, uint64_t* bytes, int* fd);
+
   Stats stats();
   uint64_t budget() const { return config_.budgetBytes; }
 
@@ -148,6 +155,7 @@ class Residency {
     bool hostValid = false;    // host copy equals the device contents
     bool pinned = false;
     uint32_t held = 0;         // prepared launches not yet enqueued that touch it
+    int exportFd = -1;         // shared with other processes through this file descriptor
     StreamUse uses[kMaxStreamUses];
     int useCount = 0;
     bool manyStreams = false;  // used on more streams than tracked: evicting syncs the device

@@ -30,6 +30,7 @@ namespace {
 std::string gWorkload;
 std::string gShim;
 std::string gDeltaTrace;
+std::string gIpcPair;
 
 struct Outcome {
   int status = -1;  // exit status, or 128 + signal
@@ -332,6 +333,20 @@ TEST(ShimEndToEnd, TraceReadsBackWithTheCountsTheShimReported) {
   std::system(("rm -rf " + std::string(dir)).c_str());
 }
 
+TEST(ShimEndToEnd, ManagedBufferSharedWithAnotherProcessThroughIpc) {
+  if (gIpcPair.empty()) GTEST_SKIP() << "ipc-pair not given";
+  // Without the shim: legacy IPC on cudaMalloc memory.
+  Outcome plain = run({gIpcPair}, {});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  // Under a budget that cannot hold all the exporter's buffers: it must evict around the
+  // shared one, never the shared one itself.
+  Outcome shimmed = run({gIpcPair}, underShim({"DELTA_BUDGET=24M"}));
+  EXPECT_EQ(shimmed.status, 0) << shimmed.err;
+  EXPECT_NE(shimmed.out.find("ipc: ok"), std::string::npos) << shimmed.err;
+  EXPECT_EQ(shimmed.err.find("cudasim: illegal address"), std::string::npos) << shimmed.err;
+  EXPECT_GT(shimmed.stat("evictions"), 0u) << shimmed.err;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -343,5 +358,6 @@ int main(int argc, char** argv) {
   gWorkload = argv[1];
   gShim = argv[2];
   if (argc > 3) gDeltaTrace = argv[3];
+  if (argc > 4) gIpcPair = argv[4];
   return RUN_ALL_TESTS();
 }

@@ -1,0 +1,101 @@
+#include "shim/ipc.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "shim/reentry_guard.h"
+
+namespace delta::shim {
+namespace {
+
+constexpr char kMagic[8] = {'D', 'E', 'L', 'T', 'A', 'I', 'P', 'C'};
+
+// What a shim-made CUipcMemHandle holds (64 opaque bytes).
+struct SharedBuffer {
+  char magic[8];
+  int32_t pid;
+  int32_t fd;      // the exporter's descriptor for the buffer's physical memory
+  uint64_t bytes;  // mapped size
+};
+static_assert(sizeof(SharedBuffer) <= sizeof(CUipcMemHandle));
+
+std::mutex gImportsMutex;
+std::map<CUdeviceptr, uint64_t> gImports;  // address -> mapped bytes
+
+}  // namespace
+
+CUresult exportIpcHandle(Residency& residency, CUdeviceptr address, CUipcMemHandle* handle) {
+  CUdeviceptr base = 0;
+  uint64_t bytes = 0;
+  int fd = -1;
+  if (CUresult r = residency.exportBuffer(address, &base, &bytes, &fd); r != CUDA_SUCCESS) return r;
+  SharedBuffer shared{};
+  std::memcpy(shared.magic, kMagic, sizeof kMagic);
+  shared.pid = getpid();
+  shared.fd = fd;
+  shared.bytes = bytes;
+  std::memset(handle, 0, sizeof *handle);
+  std::memcpy(handle->reserved, &shared, sizeof shared);
+  return CUDA_SUCCESS;
+}
+
+CUresult openIpcHandle(const DriverApi& api, const CUipcMemHandle& handle, CUdeviceptr* address) {
+  SharedBuffer shared;
+  std::memcpy(&shared, handle.reserved, sizeof shared);
+  if (std::memcmp(shared.magic, kMagic, sizeof kMagic) != 0) return CUDA_ERROR_NOT_FOUND;
+  if (shared.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT;  // as the driver answers
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/fd/%d", shared.pid, shared.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_INVALID_VALUE;  // the exporter is gone, or not ours to open
+  ReentryGuard guard;
+  CUmemGenericAllocationHandle physical = 0;
+  CUresult result = api.cuMemImportFromShareableHandle(
+      &physical, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  close(fd);
+  if (result != CUDA_SUCCESS) return result;
+  CUdeviceptr mapped = 0;
+  result = api.cuMemAddressReserve(&mapped, shared.bytes, 0, 0, 0);
+  if (result == CUDA_SUCCESS) {
+    result = api.cuMemMap(mapped, shared.bytes, 0, physical, 0);
+    if (result == CUDA_SUCCESS) {
+      CUmemAccessDesc access{};
+      access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      access.location.id = 0;
+      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+      result = api.cuMemSetAccess(mapped, shared.bytes, &access, 1);
+      if (result != CUDA_SUCCESS) api.cuMemUnmap(mapped, shared.bytes);
+    }
+    if (result != CUDA_SUCCESS) api.cuMemAddressFree(mapped, shared.bytes);
+  }
+  api.cuMemRelease(physical);  // the mapping keeps the memory
+  if (result != CUDA_SUCCESS) return result;
+  std::lock_guard lock(gImportsMutex);
+  gImports[mapped] = shared.bytes;
+  *address = mapped;
+  return CUDA_SUCCESS;
+}
+
+CUresult closeIpcHandle(const DriverApi& api, CUdeviceptr address) {
+  uint64_t bytes;
+  {
+    std::lock_guard lock(gImportsMutex);
+    auto it = gImports.find(address);
+    if (it == gImports.end()) return CUDA_ERROR_NOT_FOUND;
+    bytes = it->second;
+    gImports.erase(it);
+  }
+  ReentryGuard guard;
+  // Like cuIpcCloseMemHandle, work that still uses it must be done first.
+  api.cuCtxSynchronize();
+  api.cuMemUnmap(address, bytes);
+  return api.cuMemAddressFree(address, bytes);
+}
+
+}  // namespace delta::shim
