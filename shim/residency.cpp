@@ -452,7 +452,7 @@ bool Residency::evict(const policy::Victim* victims, size_t count, int64_t now, 
   return any;
 }
 
-CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause) {
+CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause, bool prefetched) {
   const int64_t start = nowNs();
   Buffer& buffer = buffers_[id];
   CUmemGenericAllocationHandle handle = 0;
@@ -491,7 +491,8 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause) {
   if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
     trace->restore(trace::RestoreRecord{static_cast<uint64_t>(start), static_cast<uint64_t>(now),
                                         buffer.serial, buffer.bytes, 0,
-                                        reinterpret_cast<uint64_t>(stream), cause, 0});
+                                        reinterpret_cast<uint64_t>(stream), cause,
+                                        prefetched ? trace::kRestorePrefetched : uint8_t(0)});
   return CUDA_SUCCESS;
 }
 
@@ -670,6 +671,7 @@ CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* 
   launch.buffers = std::span<const policy::BufferId>(workingSet_.data(), workingSet_.size());
   policy_->onLaunch(launch);
   traceWork(stream, work, kernel, work.kind != WorkInfo::Kind::kOpaque, now);
+  if (config_.prefetch) prefetch(now);
   std::vector<uint32_t>& held = tHeld[tHeldDepth - 1];
   held.assign(workingSet_.begin(), workingSet_.end());
   for (uint32_t id : held) {
@@ -677,6 +679,29 @@ CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* 
     heldIds_.push_back(id);
   }
   return CUDA_SUCCESS;
+}
+
+void Residency::prefetch(int64_t now) {
+  // Only into free room: a prefetch never evicts (what it would evict may be needed sooner).
+  if (deviceBytes() >= config_.budgetBytes) return;
+  policy::Prefetch wanted[8];
+  policy::PrefetchRequest request;
+  request.now_ns = now;
+  request.h2d_busy_until_ns = now;
+  const size_t count = policy_->choosePrefetches(request, wanted);
+  for (size_t i = 0; i < count; ++i) {
+    const uint32_t id = wanted[i].id;
+    if (id >= buffers_.size()) continue;
+    Buffer& buffer = buffers_[id];
+    if (!buffer.live || buffer.state != State::kEvicted || buffer.host == nullptr) continue;
+    if (deviceBytes() + buffer.mappedBytes > config_.budgetBytes) break;
+    if (prefetchStream_ == nullptr &&
+        api_.cuStreamCreate(&prefetchStream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+      return;
+    // On its own stream; whoever uses the buffer first waits for it (orderAfterRestore).
+    if (restore(id, prefetchStream_, 0, true) != CUDA_SUCCESS) return;
+    stats_.prefetches++;
+  }
 }
 
 void Residency::releaseHeld() {

@@ -38,6 +38,7 @@ struct ResidencyConfig {
   uint64_t budgetBytes = 0;
   uint64_t hostLimitBytes = 0;
   bool strict = false;
+  bool prefetch = true;  // restore what the policy predicts, when it fits without evicting
   const char* policyName = "delta";
 };
 
@@ -52,6 +53,7 @@ struct Stats {
   uint64_t stallNs = 0;         // host time spent waiting for evictions to finish
   uint64_t overBudgetLaunches = 0;
   uint64_t overBudgetAllocations = 0;  // allocations made when nothing more could be evicted
+  uint64_t prefetches = 0;             // restores started ahead of the work that needs them
   uint64_t unanalysedLaunches = 0;
   uint64_t residentBytes = 0;
   uint64_t peakResidentBytes = 0;
@@ -178,7 +180,8 @@ class Residency {
   CUresult makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
                     uint32_t cause);
   bool evict(const policy::Victim* victims, size_t count, int64_t now, uint32_t cause);
-  CUresult restore(uint32_t id, CUstream stream, uint32_t cause);
+  CUresult restore(uint32_t id, CUstream stream, uint32_t cause, bool prefetched = false);
+  void prefetch(int64_t now);
   void traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel, bool analysed, int64_t now);
   CUresult acquirePhysical(uint64_t bytes, CUmemGenericAllocationHandle* handle);
   void releasePhysical(uint64_t bytes, CUmemGenericAllocationHandle handle);
@@ -213,6 +216,7 @@ class Residency {
   std::vector<Quarantined> quarantine_;
   std::vector<CUevent> eventPool_;
   CUstream evictStream_ = nullptr;
+  CUstream prefetchStream_ = nullptr;
   Stats stats_;
   uint64_t nextSerial_ = 1;
   std::atomic<trace::TraceWriter*> trace_{nullptr};

@@ -90,6 +90,7 @@ Residency* Shim::activate() {
   config.budgetBytes = budget;
   config.hostLimitBytes = hostLimit;
   config.strict = options_.strict;
+  config.prefetch = options_.prefetch;
   auto* residency = new Residency(driver_, config, std::move(made.policy), granularity);
   CuptiStatus cupti = subscribeCupti(options_.cuptiPath, driver_, *residency);
   if (!cupti.subscribed) {
@@ -172,21 +173,23 @@ void Shim::printSummary() {
   logLine("summary: budget %llu MiB, peak resident %llu MiB, %llu buffers allocated, %llu freed",
           mib(residency->budget()), mib(s.peakResidentBytes), (unsigned long long)s.allocations,
           (unsigned long long)s.frees);
-  logLine("summary: %llu evictions (%llu without a copy), %llu restores, %llu MiB to host, "
-          "%llu MiB back to device",
+  logLine("summary: %llu evictions (%llu without a copy), %llu restores (%llu prefetched), "
+          "%llu MiB to host, %llu MiB back to device",
           (unsigned long long)s.evictions, (unsigned long long)s.cleanEvictions,
-          (unsigned long long)s.restores, mib(s.bytesToHost), mib(s.bytesToDevice));
+          (unsigned long long)s.restores, (unsigned long long)s.prefetches, mib(s.bytesToHost),
+          mib(s.bytesToDevice));
   logLine("summary: %.3f s waiting for evictions, %llu launches over budget, %llu launches not "
           "analysed, %llu pageable host fallbacks",
           s.stallNs / 1e9, (unsigned long long)s.overBudgetLaunches,
           (unsigned long long)s.unanalysedLaunches, (unsigned long long)s.pageableFallbacks);
   // The same in one machine-readable line, for scripts and tests.
   logLine("stats budget_bytes=%llu peak_resident_bytes=%llu evictions=%llu restores=%llu "
-          "bytes_to_host=%llu bytes_to_device=%llu over_budget_launches=%llu "
+          "prefetches=%llu bytes_to_host=%llu bytes_to_device=%llu over_budget_launches=%llu "
           "over_budget_allocations=%llu unanalysed_launches=%llu stall_ns=%llu",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
-          (unsigned long long)s.bytesToHost, (unsigned long long)s.bytesToDevice,
+          (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
+          (unsigned long long)s.bytesToDevice,
           (unsigned long long)s.overBudgetLaunches, (unsigned long long)s.overBudgetAllocations,
           (unsigned long long)s.unanalysedLaunches, (unsigned long long)s.stallNs);
 }

@@ -291,6 +291,16 @@ TEST(ShimEndToEnd, DeepModelAtAQuarterToAHalfOfItsPeak) {
   }
 }
 
+TEST(ShimEndToEnd, PrefetchingIsOptionalAndBitExactEitherWay) {
+  Outcome plain = run(deepWorkload("64M", 8), {});
+  Outcome with = run(deepWorkload("64M", 8), underShim({"DELTA_BUDGET=21M"}));
+  Outcome without = run(deepWorkload("64M", 8), underShim({"DELTA_BUDGET=21M", "DELTA_PREFETCH=0"}));
+  expectSameResultsWithinBudget(with, plain, 21 * kMiB);
+  expectSameResultsWithinBudget(without, plain, 21 * kMiB);
+  EXPECT_GT(with.stat("prefetches"), 0u) << "the delta policy learns this loop's pattern";
+  EXPECT_EQ(without.stat("prefetches"), 0u);
+}
+
 TEST(ShimEndToEnd, SeveralHostThreadsAndStreams) {
   Outcome plain = run(deepWorkload("64M", 8, 2), {});
   ASSERT_EQ(plain.status, 0) << plain.err;
