@@ -1,5 +1,5 @@
-// Opens any trace delta-trace can replay and turns it into a policy::Workload. Today: DTR op logs
-// (JSON lines, gzip or plain). The shim's own trace files will be added here.
+// Opens any trace delta-trace can replay and turns it into a policy::Workload: the shim's own
+// trace files (DELTA_TRACE; see shim_trace_import.h) and DTR op logs (JSON lines, gzip or plain).
 #pragma once
 
 #include <string>

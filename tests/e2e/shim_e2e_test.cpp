@@ -340,7 +340,18 @@ TEST(ShimEndToEnd, TraceReadsBackWithTheCountsTheShimReported) {
   EXPECT_EQ(std::stoull(m[1]), shimmed.stat("restores"));
   ASSERT_TRUE(std::regex_search(summary.out, m, std::regex(R"(launches over budget (\d+))")));
   EXPECT_EQ(std::stoull(m[1]), shimmed.stat("over_budget_launches"));
-  std::system(("rm -rf " + std::string(dir)).c_str());
+  // And it replays: what would another budget or policy have done with this job?
+  Outcome replay = run({gDeltaTrace, "replay", "--policy", "lru", "--budget", "50%", file}, {});
+  EXPECT_EQ(replay.status, 0) << replay.err;
+  EXPECT_NE(replay.out.find("overhead"), std::string::npos) << replay.out;
+  EXPECT_EQ(replay.values.count("over-budget ops"), 0u);
+  Outcome sweep = run({gDeltaTrace, "sweep", "--csv", "--policies", "delta,lru,belady", "--budgets",
+                       "30%,70%", file},
+                      {});
+  EXPECT_EQ(sweep.status, 0) << sweep.err;
+  EXPECT_EQ(std::count(sweep.out.begin(), sweep.out.end(), '\n'), 7) << sweep.out;  // header + 6
+  int ignored = std::system(("rm -rf " + std::string(dir)).c_str());
+  (void)ignored;
 }
 
 TEST(ShimEndToEnd, ManagedBufferSharedWithAnotherProcessThroughIpc) {
