@@ -27,13 +27,19 @@ void AccessPattern::onIteration(std::int64_t now_ns) {
 
 void AccessPattern::boundary(std::int64_t now_ns) {
   if (started_ && position_ > 0) {
-    recording_->finish(now_ns - iteration_start_ns_);
-    if (recording_->ready()) {
-      std::swap(learned_, recording_);
-      ++generation_;
+    const bool repeat = learned_->ready() && recording_->length() == learned_->length() &&
+                        recording_hash_ == learned_hash_;
+    if (!repeat) {
+      recording_->finish(now_ns - iteration_start_ns_);
+      if (recording_->ready()) {
+        std::swap(learned_, recording_);
+        learned_hash_ = recording_hash_;
+        ++generation_;
+      }
     }
   }
   recording_->clear();
+  recording_hash_ = 0;
   started_ = true;
   position_ = 0;
   iteration_start_ns_ = now_ns;
@@ -48,6 +54,7 @@ void AccessPattern::onLaunch(const Launch& launch) {
   }
   if (position_ == 0) first_signature_ = sig;
   recording_->addLaunch(launch.now_ns - iteration_start_ns_, alloc_since_launch_, launch.buffers);
+  recording_hash_ = (recording_hash_ ^ sig) * 1099511628211ull;
   alloc_since_launch_ = 0;
   ++position_;
 }

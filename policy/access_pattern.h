@@ -29,6 +29,8 @@ class AccessPattern {
   std::uint32_t position() const { return position_; }
   std::int64_t iterationStartNs() const { return iteration_start_ns_; }
   // Changes whenever a newly learned iteration replaces the schedule (predictions all change).
+  // An iteration that repeats the learned one launch for launch does not replace it: a stable
+  // loop is learned once, not re-learned (and re-ranked) every iteration.
   std::uint32_t generation() const { return generation_; }
 
  private:
@@ -42,6 +44,8 @@ class AccessPattern {
   UseSchedule* learned_ = &a_;
   UseSchedule* recording_ = &b_;
   std::uint64_t first_signature_ = 0;
+  std::uint64_t recording_hash_ = 0;  // of the launch signatures recorded so far
+  std::uint64_t learned_hash_ = 0;
   std::uint64_t alloc_since_launch_ = 0;
   std::int64_t iteration_start_ns_ = 0;
   std::uint32_t position_ = 0;

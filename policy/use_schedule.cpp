@@ -18,7 +18,10 @@ void UseSchedule::reserve(std::uint32_t max_buffers, std::uint32_t max_launches,
 }
 
 void UseSchedule::clear() {
-  if (length_ > 0 || ready_) std::fill(free_pos_.begin(), free_pos_.end(), kNoPos);
+  std::fill(free_pos_.begin(), free_pos_.begin() + std::min<std::size_t>(id_bound_, free_pos_.size()),
+            kNoPos);
+  id_bound_ = 0;
+  indexed_bound_ = 0;
   length_ = 0;
   uses_ = 0;
   duration_ns_ = 0;
@@ -35,22 +38,27 @@ bool UseSchedule::addLaunch(std::int64_t offset_ns, std::uint64_t alloc_bytes_be
   time_[length_] = offset_ns;
   alloc_[length_] = alloc_bytes_before;
   launch_begin_[length_] = uses_;
-  for (BufferId id : ids) launch_ids_[uses_++] = id;
+  for (BufferId id : ids) {
+    launch_ids_[uses_++] = id;
+    if (id < free_pos_.size() && id + 1 > id_bound_) id_bound_ = id + 1;
+  }
   ++length_;
   launch_begin_[length_] = uses_;
   return true;
 }
 
 void UseSchedule::addFree(BufferId id) {
-  if (id < free_pos_.size()) free_pos_[id] = length_ > 0 ? length_ - 1 : 0;
+  if (id >= free_pos_.size()) return;
+  free_pos_[id] = length_ > 0 ? length_ - 1 : 0;
+  if (id + 1 > id_bound_) id_bound_ = id + 1;
 }
 
 void UseSchedule::finish(std::int64_t duration_ns) {
   duration_ns_ = std::max(duration_ns, length_ ? time_[length_ - 1] : 0);
   if (overflowed_) return;
   // Counting sort of (buffer, position) pairs: positions come out ascending per buffer.
-  const std::size_t nbuf = buffer_begin_.size() - 1;
-  std::fill(buffer_begin_.begin(), buffer_begin_.end(), 0);
+  const std::size_t nbuf = id_bound_;  // ids at or above it have no uses
+  std::fill(buffer_begin_.begin(), buffer_begin_.begin() + nbuf + 1, 0);
   for (std::uint32_t i = 0; i < uses_; ++i) {
     if (launch_ids_[i] < nbuf) ++buffer_begin_[launch_ids_[i] + 1];
   }
@@ -64,6 +72,7 @@ void UseSchedule::finish(std::int64_t duration_ns) {
   }
   for (std::size_t b = nbuf; b > 0; --b) buffer_begin_[b] = buffer_begin_[b - 1];
   buffer_begin_[0] = 0;
+  indexed_bound_ = id_bound_;
   ready_ = true;
 }
 
@@ -73,7 +82,7 @@ std::span<const BufferId> UseSchedule::buffersAt(std::uint32_t pos) const {
 }
 
 UseSchedule::NextUse UseSchedule::nextUse(BufferId id, std::uint32_t pos) const {
-  if (!ready_ || id + 1 >= buffer_begin_.size()) return {};
+  if (!ready_ || id >= indexed_bound_) return {};
   const std::uint32_t* first = use_pos_.data() + buffer_begin_[id];
   const std::uint32_t* last = use_pos_.data() + buffer_begin_[id + 1];
   if (first == last) return {};

@@ -59,6 +59,11 @@ class UseSchedule {
   static constexpr std::uint32_t kNoPos = 0xffffffffu;
   std::uint32_t length_ = 0;
   std::uint32_t uses_ = 0;
+  // One past the highest buffer id used or freed in this recording (and in the index
+  // finish() built): clear() and finish() cost O(this), not O(capacity), so that a process
+  // with room for many buffers pays only for those it uses.
+  std::uint32_t id_bound_ = 0;
+  std::uint32_t indexed_bound_ = 0;
   std::int64_t duration_ns_ = 0;
   bool ready_ = false;
   bool overflowed_ = false;
