@@ -50,6 +50,16 @@ void ensureRuntimeContext() {
   ready = true;
 }
 
+// NCCL's allocations (made by NCCL's own statically linked runtime, or by NCCL directly)
+// stay unmanaged: its kernels reach them through its device structures, out of our sight.
+bool callerIsNccl(const void* returnAddress) {
+  Dl_info info;
+  if (returnAddress == nullptr || dladdr(returnAddress, &info) == 0 || info.dli_fname == nullptr)
+    return false;
+  const char* slash = std::strrchr(info.dli_fname, '/');
+  return std::strncmp(slash ? slash + 1 : info.dli_fname, "libnccl", 7) == 0;
+}
+
 Residency* managing(size_t bytes) {
   if (insideShim()) return nullptr;
   Shim& shim = Shim::instance();
@@ -90,7 +100,9 @@ using namespace delta::shim;
 DELTA_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   auto real = runtimeApi().cudaMalloc;
   if (real == nullptr) return cudaErrorInsufficientDriver;
-  if (devPtr == nullptr || size == 0 || insideShim()) return real(devPtr, size);
+  if (devPtr == nullptr || size == 0 || insideShim() ||
+      callerIsNccl(__builtin_return_address(0)))
+    return real(devPtr, size);
   ensureRuntimeContext();
   Residency* residency = managing(size);
   if (residency == nullptr) return real(devPtr, size);
@@ -270,7 +282,8 @@ DELTA_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX
 DELTA_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   auto real = REAL_DRIVER(cuMemAlloc_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (dptr == nullptr || bytesize == 0) return real(dptr, bytesize);
+  if (dptr == nullptr || bytesize == 0 || callerIsNccl(__builtin_return_address(0)))
+    return real(dptr, bytesize);
   Residency* residency = managing(bytesize);
   if (residency == nullptr) return real(dptr, bytesize);
   CUcontext context = nullptr;

@@ -39,13 +39,14 @@ bool loadDriver(DriverApi& api);
 // The program's runtime functions the shim calls through (RTLD_NEXT: the next definition
 // after libdelta.so, i.e. libcudart's).
 struct RuntimeApi {
-  decltype(&::cudaMalloc) cudaMalloc = nullptr;
-  decltype(&::cudaFree) cudaFree = nullptr;
-  decltype(&::cudaMemGetInfo) cudaMemGetInfo = nullptr;
-  decltype(&::cudaGetFuncBySymbol) cudaGetFuncBySymbol = nullptr;
-  decltype(&::cudaIpcGetMemHandle) cudaIpcGetMemHandle = nullptr;
-  decltype(&::cudaIpcOpenMemHandle) cudaIpcOpenMemHandle = nullptr;
-  decltype(&::cudaIpcCloseMemHandle) cudaIpcCloseMemHandle = nullptr;
+  // Spelled out: with cuda_runtime.h (which nccl.h includes) these names are overloaded.
+  cudaError_t (*cudaMalloc)(void**, size_t) = nullptr;
+  cudaError_t (*cudaFree)(void*) = nullptr;
+  cudaError_t (*cudaMemGetInfo)(size_t*, size_t*) = nullptr;
+  cudaError_t (*cudaGetFuncBySymbol)(cudaFunction_t*, const void*) = nullptr;
+  cudaError_t (*cudaIpcGetMemHandle)(cudaIpcMemHandle_t*, void*) = nullptr;
+  cudaError_t (*cudaIpcOpenMemHandle)(void**, cudaIpcMemHandle_t, unsigned int) = nullptr;
+  cudaError_t (*cudaIpcCloseMemHandle)(void*) = nullptr;
 };
 const RuntimeApi& runtimeApi();
 

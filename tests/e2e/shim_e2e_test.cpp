@@ -31,6 +31,7 @@ std::string gWorkload;
 std::string gShim;
 std::string gDeltaTrace;
 std::string gIpcPair;
+std::string gNcclJob;
 
 struct Outcome {
   int status = -1;  // exit status, or 128 + signal
@@ -354,6 +355,18 @@ TEST(ShimEndToEnd, TraceReadsBackWithTheCountsTheShimReported) {
   (void)ignored;
 }
 
+TEST(ShimEndToEnd, CollectivesNeverSeeTheirBuffersEvicted) {
+  if (gNcclJob.empty()) GTEST_SKIP() << "nccl-job not given";
+  Outcome plain = run({gNcclJob}, {});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  Outcome shimmed = run({gNcclJob}, underShim({"DELTA_BUDGET=24M"}));
+  EXPECT_EQ(shimmed.status, 0) << shimmed.err;
+  EXPECT_NE(shimmed.out.find("nccl: ok"), std::string::npos) << shimmed.err;
+  EXPECT_EQ(shimmed.err.find("cudasim: illegal address"), std::string::npos) << shimmed.err;
+  EXPECT_GT(shimmed.stat("evictions"), 0u) << shimmed.err;
+  EXPECT_GT(shimmed.stat("restores"), 0u) << "the collective's cold buffers came back first";
+}
+
 TEST(ShimEndToEnd, ManagedBufferSharedWithAnotherProcessThroughIpc) {
   if (gIpcPair.empty()) GTEST_SKIP() << "ipc-pair not given";
   // Without the shim: legacy IPC on cudaMalloc memory.
@@ -380,5 +393,6 @@ int main(int argc, char** argv) {
   gShim = argv[2];
   if (argc > 3) gDeltaTrace = argv[3];
   if (argc > 4) gIpcPair = argv[4];
+  if (argc > 5) gNcclJob = argv[5];
   return RUN_ALL_TESTS();
 }
