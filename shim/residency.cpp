@@ -205,9 +205,10 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
   stats_.allocations++;
   policy_->onAlloc(id, mapped, now);
+  // Stamped now, not when the call began: evictions that made room come before it.
   if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
-    trace->alloc(trace::AllocRecord{static_cast<uint64_t>(now), buffer.serial, address, bytes, 0,
-                                    0, trace::kAllocManaged});
+    trace->alloc(trace::AllocRecord{static_cast<uint64_t>(nowNs()), buffer.serial, address, bytes,
+                                    0, 0, trace::kAllocManaged});
   *out = address;
   return CUDA_SUCCESS;
 }
