@@ -15,7 +15,12 @@ DeltaPolicy::DeltaPolicy(const PolicyConfig& config, DirectorMode mode)
       director_(mode),
       mode_(mode),
       owed_by_(config.max_buffers, 0),
-      restore_started_(config.max_buffers, kUnknownNs) {}
+      pending_(config.max_buffers, Pending::kNone),
+      waited_(config.max_buffers, 0),
+      expected_(config.max_buffers, 0),
+      // A buffer the caller evicts on its own counts as evicted when memory was short, with no
+      // predicted slack, until chooseVictims picks it in some other context.
+      swap_class_(config.max_buffers, static_cast<std::uint8_t>(swapClass(true, kUnknownNs, 0))) {}
 
 std::string_view DeltaPolicy::name() const {
   switch (mode_) {
@@ -27,6 +32,7 @@ std::string_view DeltaPolicy::name() const {
 }
 
 void DeltaPolicy::onAlloc(BufferId id, std::uint64_t bytes, std::int64_t now_ns) {
+  if (table_.valid(id)) closeOutcome(id, false);  // an id reused without onFree: a new buffer
   pattern_.onAlloc(bytes);
   Policy::onAlloc(id, bytes, now_ns);
 }
@@ -38,20 +44,54 @@ void DeltaPolicy::onFree(BufferId id, std::int64_t now_ns) {
 
 void DeltaPolicy::onLaunch(const Launch& launch) {
   // Learn first, so that the ranks computed for the launch's buffers see the position after it.
+  now_ns_ = std::max(now_ns_, launch.now_ns);
   checkRestores(launch);
   pattern_.onLaunch(launch);
   relearnIfChanged();
   Policy::onLaunch(launch);
-  last_launch_ns_ = launch.now_ns;
+}
+
+void DeltaPolicy::onWaited(BufferId id, std::int64_t waited_ns) {
+  if (table_.valid(id) && waited_ns > 0 && pending_[id] != Pending::kNone) waited_[id] += waited_ns;
+}
+
+void DeltaPolicy::closeOutcome(BufferId id, bool used) {
+  if (pending_[id] == Pending::kNone) return;
+  Outcome& o = table_[id].evicted_by == Action::kSwap ? swap_outcome_[swap_class_[id]] : recompute_outcome_;
+  // Not used since (freed, or evicted again after a prefetch): nothing was brought back for a
+  // use, so its waits count (a copy out that held memory) but no transfer to compare them with.
+  o.add(static_cast<double>(waited_[id]), used ? static_cast<double>(expected_[id]) : 0.0, now_ns_, periodNs());
+  pending_[id] = Pending::kNone;
+  waited_[id] = 0;
+}
+
+void DeltaPolicy::Outcome::add(double waited, double expected, std::int64_t now_ns, std::int64_t period_ns) {
+  const double dt = static_cast<double>(std::max<std::int64_t>(0, now_ns - at_ns));
+  const double keep = std::exp(-dt / static_cast<double>(std::max<std::int64_t>(period_ns, 1)));
+  waited_ns = keep * waited_ns + waited;
+  expected_ns = keep * expected_ns + expected;
+  at_ns = std::max(at_ns, now_ns);
+}
+
+std::uint32_t DeltaPolicy::swapClass(bool urgent, std::int64_t next_use_ns, std::int64_t h2d_ns) {
+  // Slack: the predicted next use in transfer times, by factors of 4 (< 2, < 8, < 32, more);
+  // an unpredicted use counts as no slack.
+  std::uint32_t slack = 0;
+  if (next_use_ns != kUnknownNs) {
+    for (std::int64_t bound = 2 * std::max<std::int64_t>(h2d_ns, 1); slack + 1 < kSlackClasses && next_use_ns >= bound;
+         bound *= 4) {
+      ++slack;
+    }
+  }
+  return (urgent ? kSlackClasses : 0) + slack;
 }
 
 void DeltaPolicy::checkRestores(const Launch& launch) {
+  // The first use after a buffer came back closes its outcome: what launches waited for it
+  // (its copy out holding memory, its restore or recompute; 0 when all was hidden) against
+  // the naive cost of its action.
   for (BufferId id : launch.buffers) {
-    if (!table_.valid(id) || restore_started_[id] == kUnknownNs) continue;
-    // Started after the previous launch: it was fetched for this one, on demand.
-    const double on_demand = restore_started_[id] > last_launch_ns_ ? 1.0 : 0.0;
-    on_demand_share_ += kOutcomeWeight * (on_demand - on_demand_share_);
-    restore_started_[id] = kUnknownNs;
+    if (table_.valid(id) && pending_[id] == Pending::kBack) closeOutcome(id, true);
   }
 }
 
@@ -94,7 +134,18 @@ void DeltaPolicy::residencyChanged(BufferId id) {
     // A restore starts (onRestored): it loads the link for the period to come.
     recent_ns_ = recentLoadNs(s.last_use_ns) + static_cast<double>(owed_by_[id]);
     recent_at_ns_ = std::max(recent_at_ns_, s.last_use_ns);
-    restore_started_[id] = s.last_use_ns;
+  }
+  if (s.residency == Residency::kEvicted) {
+    // Evicted again before its use (a prefetch undone), or evicted anew: a new outcome starts.
+    if (pending_[id] == Pending::kBack) closeOutcome(id, false);
+    pending_[id] = Pending::kEvicted;
+    waited_[id] = 0;
+    expected_[id] = s.evicted_by == Action::kSwap ? costs_.transferNs(Direction::kHostToDevice, s.bytes)
+                                                  : std::max<std::int64_t>(s.recompute_ns, 0);
+  } else if (s.residency == Residency::kResident && pending_[id] == Pending::kEvicted) {
+    pending_[id] = Pending::kBack;
+  } else if (s.residency == Residency::kFree) {
+    closeOutcome(id, false);  // never used again: what it cost so far is all it cost
   }
   const bool owes = s.residency == Residency::kEvicted && s.evicted_by == Action::kSwap;
   owed_ns_ -= owed_by_[id];
@@ -102,8 +153,13 @@ void DeltaPolicy::residencyChanged(BufferId id) {
   owed_ns_ += owed_by_[id];
 }
 
-void DeltaPolicy::noteChoice(BufferId, const BufferState& state, Action action) const {
+void DeltaPolicy::noteChoice(BufferId id, const BufferState& state, Action action) const {
   if (action == Action::kSwap) tentative_ns_ += costs_.transferNs(Direction::kHostToDevice, state.bytes);
+  // chooseVictims rates a victim last just before it takes it: rated_* are this victim's.
+  swap_class_[id] = static_cast<std::uint8_t>(rated_class_);
+  if (rated_urgent_) {
+    urgent_price_.add(static_cast<double>(rated_cost_ns_), static_cast<double>(state.bytes), now_ns_, periodNs());
+  }
 }
 
 Policy::Rating DeltaPolicy::rate(BufferId id, const BufferState& state, const EvictRequest& request) const {
@@ -111,9 +167,31 @@ Policy::Rating DeltaPolicy::rate(BufferId id, const BufferState& state, const Ev
   if (request.not_before_ns > 0 && next.reused && next.ns != kUnknownNs && next.ns <= request.not_before_ns) {
     return {};
   }
-  const Director::Decision d = director_.decide(state, next, request, costs_, owed_ns_ + tentative_ns_, recentLoadNs(request.now_ns), periodNs(),
-                                                   on_demand_share_);
+  const std::uint32_t cls =
+      swapClass(request.urgent, next.ns, costs_.transferNs(Direction::kHostToDevice, state.bytes));
+  Director::Decision d = director_.decide(state, next, request, costs_, owed_ns_ + tentative_ns_, recentLoadNs(request.now_ns), periodNs(),
+                                                   swapVisibleShare(cls), recomputeFactor());
   if (!d.possible) return {};
+  if (pending_[id] == Pending::kBack && state.evicted_by == Action::kSwap) {
+    // Restored (or being restored) for a use that has not come yet: evicting it throws that
+    // transfer away and the restore must be paid again. Without this, prefetches and evictions
+    // undo each other and the link carries restores that never serve a use. Ahead of need,
+    // never: that would make room by undoing the prefetch the room was made for.
+    if (!request.urgent) return {};
+    d.cost_ns += costs_.transferNs(Direction::kHostToDevice, state.bytes);
+  }
+  // Evicting ahead of need is optional: it pays only when it costs less per byte than evicting
+  // on demand has cost lately (a drop frees its memory at once when the need comes; only a copy
+  // out gains from starting early). Otherwise wait: the urgent request will pick the cheapest
+  // of everything, including buffers needed within this request's window. Before any urgent
+  // eviction was seen there is no price to compare with, and the rating decides alone.
+  if (!request.urgent && d.cost_ns > 0 && urgent_price_.expected_ns > 0 &&
+      static_cast<double>(d.cost_ns) > urgent_price_.ratio(0.0) * static_cast<double>(state.bytes)) {
+    return {};
+  }
+  rated_cost_ns_ = d.cost_ns;
+  rated_urgent_ = request.urgent;
+  rated_class_ = cls;
   const std::int64_t distance = next.ns != kUnknownNs ? next.ns : request.now_ns - state.last_use_ns;
   return {Filter::score(state.bytes, distance, d.cost_ns), d.action, true};
 }

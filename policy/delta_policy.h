@@ -6,8 +6,14 @@
 // to date on each use. The policy also keeps a ledger of the link time it owes: the restore time
 // of every buffer it swapped out and has not brought back, plus those chosen earlier in the same
 // request; the director charges a swap for the part of its restore that this load leaves
-// visible (director.h). Costs as in policy.h; learning adds O(buffers of the launch) per launch,
-// and a newly learned iteration re-ranks the resident buffers once (O(n log n)).
+// visible (director.h). It also learns what its actions really cost from the waits the caller
+// reports (onWaited): per swap context and for recomputes, the time launches waited against
+// the naive cost; a swap is charged at least its measured share of the transfer and a
+// recompute its measured factor. Two rules keep evictions ahead of need (urgent == false)
+// from hurting: none that costs more per byte than the on-demand evictions have lately, and
+// none of a buffer brought back for a use still to come. Costs as in policy.h; learning adds
+// O(buffers of the launch) per launch, and a newly learned iteration re-ranks the resident
+// buffers once (O(n log n)); the outcome bookkeeping is O(1) per event.
 #pragma once
 
 #include <string_view>
@@ -28,12 +34,26 @@ class DeltaPolicy : public Policy {
   void onFree(BufferId id, std::int64_t now_ns) override;
   void onLaunch(const Launch& launch) override;
   void onIteration(std::int64_t now_ns) override;
+  void onWaited(BufferId id, std::int64_t waited_ns) override;
   std::size_t choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out) override;
   std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& horizon_ns) const override;
 
   const AccessPattern& pattern() const { return pattern_; }
   // Host-to-device time of the restores owed for buffers swapped out and not yet restored.
   std::int64_t owedRestoreNs() const { return owed_ns_; }
+  // Measured cost of each action relative to its naive estimate (onWaited): the time launches
+  // waited for a swapped buffer (its copy out holding memory, its restore) per ns of its
+  // one-way transfer (0: all hidden), and for a recompute per ns of the hook's time (1: just
+  // the op; more: its inputs had to come back too; 1 until measured).
+  // Swaps are measured per context (swapClass): whether the memory was needed at once, and how
+  // far ahead of the transfer time the next use was predicted. A class not measured yet: 1 (the
+  // restore not hidden), pessimism until shown otherwise. (Taking the other classes' average
+  // instead was measured: it keeps delta from ever trying the swaps that turn out cheap.)
+  double swapVisibleShare(std::uint32_t swap_class) const { return swap_outcome_[swap_class].ratio(1.0); }
+  static std::uint32_t swapClass(bool urgent, std::int64_t next_use_ns, std::int64_t h2d_ns);
+  static constexpr std::uint32_t kSlackClasses = 4;
+  static constexpr std::uint32_t kSwapClasses = 2 * kSlackClasses;
+  double recomputeFactor() const { return recompute_outcome_.ratio(1.0); }
 
  protected:
   Rating rate(BufferId id, const BufferState& state, const EvictRequest& request) const override;
@@ -43,13 +63,12 @@ class DeltaPolicy : public Policy {
   void residencyChanged(BufferId id) override;
 
  private:
-  // Weight of one restore's outcome in on_demand_share_.
-  static constexpr double kOutcomeWeight = 0.05;
   // Without a learned iteration, a buffer is expected back about this long after its last use.
   static constexpr std::int64_t kDefaultPeriodNs = 1'000'000'000;
 
   void relearnIfChanged();
   void checkRestores(const Launch& launch);
+  void closeOutcome(BufferId id, bool used);
   std::int64_t periodNs() const;
   double recentLoadNs(std::int64_t now_ns) const;
 
@@ -63,14 +82,40 @@ class DeltaPolicy : public Policy {
   // exponentially decayed sum with the iteration's length as time constant), and when it was
   // last brought up to date.
   double recent_ns_ = 0;
-  // Share of restores that started only when their launch came (on demand: nothing of the
-  // transfer hidden), learned from the policy's own restores: prefetching needs free memory
-  // and link time, and under a tight budget it often has neither. Exponentially averaged.
-  double on_demand_share_ = 0;
-  std::vector<std::int64_t> restore_started_;  // per buffer; kUnknownNs: no restore to check
-  std::int64_t last_launch_ns_ = 0;
+  // What an action cost, measured (onWaited) against what it would cost naively, over about
+  // the last iteration (sums decayed with the iteration's length as time constant, so large
+  // buffers weigh by their size and every phase of the iteration counts). Prefetching needs
+  // free memory and link time, and under a tight budget it often has neither; a recompute may
+  // need its dropped inputs first. Models of both miss cases; the measurement does not, and
+  // it follows the workload as it changes.
+  struct Outcome {
+    double waited_ns = 0;
+    double expected_ns = 0;
+    std::int64_t at_ns = 0;  // when the sums were last decayed
+    void add(double waited, double expected, std::int64_t now_ns, std::int64_t period_ns);
+    double ratio(double unknown) const { return expected_ns > 0 ? waited_ns / expected_ns : unknown; }
+  };
+  enum class Pending : std::uint8_t { kNone, kEvicted, kBack };
+  // Per swap class: an average over all swaps mixes the forced, urgent ones (a buffer with no
+  // hook, its copy out on the critical path) with those chosen ahead with time to spare, and
+  // would price the second kind by the first (and the other way round).
+  Outcome swap_outcome_[kSwapClasses];
+  Outcome recompute_outcome_;
+  std::vector<Pending> pending_;        // per buffer: evicted, or back and not yet used
+  std::vector<std::int64_t> waited_;    // per buffer: waits reported since it came back
+  std::vector<std::int64_t> expected_;  // per buffer: naive cost of the way it came back
+  // Per buffer: the swap class it was last chosen in (set by the const noteChoice: recording
+  // the context of a choice changes no ranking).
+  mutable std::vector<std::uint8_t> swap_class_;
   std::int64_t recent_at_ns_ = 0;
+  std::int64_t now_ns_ = 0;  // the latest launch's time
   mutable std::int64_t tentative_ns_ = 0;  // restores owed by victims chosen in this request
+  // Cost per byte of the victims chosen when memory was needed at once (ns per byte, decayed
+  // over about an iteration): the price an eviction ahead of time has to beat.
+  mutable Outcome urgent_price_;
+  mutable std::int64_t rated_cost_ns_ = 0;  // the last candidate rated, for noteChoice
+  mutable bool rated_urgent_ = false;
+  mutable std::uint32_t rated_class_ = 0;
 };
 
 }  // namespace delta::policy

@@ -89,6 +89,8 @@ void Policy::onCopyMeasured(Direction dir, std::uint64_t bytes, std::int64_t ns)
   costs_.onCopyMeasured(dir, bytes, ns);
 }
 
+void Policy::onWaited(BufferId, std::int64_t) {}
+
 std::size_t Policy::choosePrefetches(const PrefetchRequest&, std::span<Prefetch>) { return 0; }
 
 std::uint64_t Policy::upcomingBytes(std::int64_t, std::int64_t& horizon_ns) const {

@@ -1,10 +1,11 @@
 // The interface the shim and the simulator drive: events (a buffer allocated, freed, used by a
-// launch, marked recomputable, evicted, restored; an iteration boundary; a measured copy) and
+// launch, marked recomputable, evicted, restored; an iteration boundary; a measured copy; a
+// launch that waited for a buffer) and
 // queries (victims to release N bytes and the action for each; buffers to bring back early).
 // Subclasses differ only in how they rate a candidate and whether they predict.
 //
 // Hot-path contract: after construction no call allocates, throws, locks or logs. Costs:
-// events O(log n) amortised for n resident buffers (onLaunch O(buffers of the launch x log n),
+// onWaited O(1); other events O(log n) amortised for n resident buffers (onLaunch O(buffers of the launch x log n),
 // plus learning in DeltaPolicy: a learned iteration re-ranks the resident buffers once,
 // O(n log n)); chooseVictims O(B + k log n) for k victims, where B <= CandidateIndex::kBuckets
 // is the number of non-empty size/cost buckets (a constant, not a scan of the buffers);
@@ -58,6 +59,13 @@ class Policy {
   void onEvicted(BufferId id, Action how);
   void onRestored(BufferId id, std::int64_t now_ns);
   void onCopyMeasured(Direction dir, std::uint64_t bytes, std::int64_t ns);
+  // The launch about to be reported through onLaunch (or a recompute forced by a write) waited
+  // `waited_ns` for `id` to come back: its restore or recompute ended that much after the
+  // launch could otherwise have started, beyond what it already waited for the buffers reported
+  // before it. Report only waits > 0, before the onLaunch. This is what an action really cost,
+  // which a model of the copy engines and the memory can only estimate; policies that learn
+  // from it (delta) weigh their next choices by it. Default: ignored.
+  virtual void onWaited(BufferId id, std::int64_t waited_ns);
 
   // --- Queries. ---
   // Fills `out` with victims, best first, until their bytes reach `request.bytes` or `out` is

@@ -113,11 +113,19 @@ void Simulator::step(std::size_t op_index) {
   std::int64_t now = t_compute_;
   retire(now);
   keep_.assign(ws.begin(), ws.end());
+  waited_until_ = now;
   for (BufferId w : op.writes) invalidateDependents(w, now);
   now = std::max(now, t_compute_);
   std::int64_t ready = now;
-  for (BufferId b : op.reads) ready = std::max(ready, makeResident(b, now));
-  for (BufferId b : op.writes) ready = std::max(ready, makeResident(b, now));
+  // Each buffer's wait beyond the waits already reported goes to the policy: what its action
+  // cost (waits for memory went to the copies out that were freeing it, in ensureRoom).
+  auto wait_for = [&](BufferId b) {
+    const std::int64_t t = makeResident(b, now);
+    reportWait(b, t);
+    ready = std::max(ready, t);
+  };
+  for (BufferId b : op.reads) wait_for(b);
+  for (BufferId b : op.writes) wait_for(b);
   for (BufferId b : op.allocs) {
     const std::int64_t t = ensureRoom(bufs_[b].bytes, now);
     allocate(b, t, op_index);
@@ -186,7 +194,14 @@ std::int64_t Simulator::ensureRoom(std::uint64_t bytes, std::int64_t now) {
     }
     if (pending_out_.empty()) return t;  // nothing left to free: the op runs over budget
     t = std::max(t, pending_out_.front().ready_ns);
+    reportWait(pending_out_.front().id, t);  // the memory waited for this copy out
   }
+}
+
+void Simulator::reportWait(BufferId id, std::int64_t until) {
+  if (until <= waited_until_) return;
+  policy_->onWaited(id, until - waited_until_);
+  waited_until_ = until;
 }
 
 void Simulator::evict(const Victim& victim, std::int64_t now) {
@@ -268,7 +283,12 @@ std::int64_t Simulator::recompute(BufferId id, std::int64_t now) {
   keep_.push_back(id);
   keep_.insert(keep_.end(), inputs.begin(), inputs.end());
   std::int64_t ready = now;
-  for (BufferId in : inputs) ready = std::max(ready, makeResident(in, now));
+  for (BufferId in : inputs) {
+    // An input's restore (or its own recompute) is that input's cost, not this buffer's.
+    const std::int64_t t = makeResident(in, now);
+    reportWait(in, t);
+    ready = std::max(ready, t);
+  }
   const std::int64_t room = ensureRoom(b.bytes, now);
   const std::int64_t start = std::max({ready, room, t_compute_});
   const std::int64_t cost = workload_.buffers[id].recompute_ns;
@@ -350,7 +370,7 @@ void Simulator::unhold(BufferId id, std::int64_t now) {
 void Simulator::invalidateDependents(BufferId id, std::int64_t now) {
   for (BufferId d : dependents_[id]) {
     Buf& s = bufs_[d];
-    if (s.state == State::kDropped) recompute(d, now);
+    if (s.state == State::kDropped) reportWait(d, recompute(d, now));
     if (s.recomputable) {
       s.recomputable = false;
       policy_->onRecomputable(d, kUnknownNs);

@@ -13,6 +13,8 @@
 //   framework's recompute graph would hold them. An in-place write to a buffer first recomputes
 //   its dropped dependents and ends their recomputability.
 // - After an op starts, the policy may free room ahead (upcomingBytes) and start prefetches.
+// - Every wait of an op beyond its predecessor's end is reported once (Policy::onWaited): to the
+//   buffer restored or recomputed, or to the buffer whose copy out the memory waited for.
 // - The workload is repeated `iterations` times; time, bytes and recompute figures cover the
 //   iterations after `warmup`; peak and over-budget ops cover the whole run.
 #pragma once
@@ -92,6 +94,8 @@ class Simulator {
   void unhold(BufferId id, std::int64_t now);
   void invalidateDependents(BufferId id, std::int64_t now);
   void retire(std::int64_t now);
+  // Tells the policy the current op waited for `id` until `until`, beyond the waits reported.
+  void reportWait(BufferId id, std::int64_t until);
   void addUsed(std::uint64_t bytes);
   std::int64_t transferNs(Direction dir, std::uint64_t bytes) const;
   const std::vector<BufferId>& inputsOf(BufferId id) const;
@@ -113,6 +117,7 @@ class Simulator {
   std::int64_t t_compute_ = 0;
   std::int64_t t_h2d_ = 0;
   std::int64_t t_d2h_ = 0;
+  std::int64_t waited_until_ = 0;  // the current op's waits reported up to here (onWaited)
   SimResult r_;
 };
 

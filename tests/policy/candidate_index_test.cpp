@@ -126,8 +126,10 @@ INSTANTIATE_TEST_SUITE_P(
         DirectorCase{"no_hook", 12 * kMiB, kUnknownNs, {1 * kMs, true}, true, 500 * kMs, 1.0, Action::kSwap}),
     [](const auto& info) { return std::string(info.param.name); });
 
-// Within one request, each victim sees the copies the earlier ones queue: the first swaps (its
-// restore hidden), the rest find the link owed and are recomputed.
+// Within one request, each victim sees the copies the earlier ones queue: the first swaps, the
+// rest find the link owed and are recomputed. With no swap measured yet, delta assumes a
+// restore is not hidden (it costs its whole transfer, ~10.5 ms): a 15 ms recompute is dearer
+// than that, until the queue of copies makes the restores late.
 TEST(DeltaPolicy, LaterVictimsSeeEarlierChoices) {
   PolicyConfig config;
   config.max_buffers = 16;
@@ -139,7 +141,7 @@ TEST(DeltaPolicy, LaterVictimsSeeEarlierChoices) {
     if (it == 0) {
       for (BufferId id = 0; id < 5; ++id) {
         p.policy->onAlloc(id, 120 * kMiB, t);  // ~10.5 ms each way at 12 GB/s
-        p.policy->onRecomputable(id, id < 4 ? 5 * kMs : kUnknownNs);
+        p.policy->onRecomputable(id, id < 4 ? 15 * kMs : kUnknownNs);
       }
     }
     const std::array<BufferId, 4> first = {0, 1, 2, 3};
