@@ -405,12 +405,17 @@ void* replacementFor(std::string_view name) {
 // handle, which never finds an LD_PRELOAD library's definitions: so dlsym itself is wrapped.
 // Lookups with RTLD_DEFAULT/RTLD_NEXT already find ours by symbol order and pass through.
 // (A caller's own RTLD_NEXT lookup is resolved relative to libdelta.so; for the names a
-// program looks up that way this gives the same answer.)
+// program looks up that way this gives the same answer. Not so for a sanitizer runtime loaded
+// after libdelta.so, which would get its own interceptors back: sanitizer-built programs do
+// not run under the shim; see docs/shim.md.)
 DELTA_EXPORT void* dlsym(void* handle, const char* symbol) {
   DlsymFunction real = realDlsym();
+  if (real == nullptr) return nullptr;  // glibc's dlsym not found: nothing we can answer
   void* found = real(handle, symbol);
-  if (found == nullptr || insideShim() || handle == RTLD_DEFAULT ||
-      handle == RTLD_NEXT || !isManagedDriverSymbol(symbol) || Shim::instance().disabled())
+  // Cheapest first, and no thread-local access before it is needed: sanitizer runtimes call
+  // dlsym(RTLD_NEXT, ...) while they initialise, when even __tls_get_addr is not ready.
+  if (found == nullptr || handle == RTLD_DEFAULT || handle == RTLD_NEXT ||
+      !isManagedDriverSymbol(symbol) || insideShim() || Shim::instance().disabled())
     return found;
   std::string_view name = symbol;
   InterceptedDriver& intercepted = interceptedDriver();

@@ -5,7 +5,9 @@
 
 namespace delta::shim {
 
-inline thread_local int tShimDepth = 0;
+// constinit: no TLS initialisation function, so this works even before the library's
+// constructors run (an ASan-built program calls dlsym, hence us, that early).
+inline constinit thread_local int tShimDepth = 0;
 
 class ReentryGuard {
  public:

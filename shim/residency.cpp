@@ -22,10 +22,18 @@ namespace {
 
 // Per thread, the buffers each not-yet-released prepare() holds, innermost last. The vectors
 // are kept (only tHeldDepth moves) so that the launch path does not allocate once grown.
-thread_local std::vector<std::vector<uint32_t>> tHeld;
+struct HeldLaunch {
+  std::vector<uint32_t> ids;
+  bool perThreadStream = false;  // the work went to this thread's default stream
+};
+thread_local std::vector<HeldLaunch> tHeld;
 thread_local size_t tHeldDepth = 0;
 
 constexpr uint32_t kMaxBuffers = 1u << 18;
+
+// Identifies the calling thread (for per-thread default streams): a thread-local's address.
+thread_local char tThreadToken;
+const void* thisThread() { return &tThreadToken; }
 constexpr size_t kVictimBatch = 64;
 constexpr int kMaxLinkDepth = 4;
 
@@ -453,7 +461,8 @@ bool Residency::evict(const policy::Victim* victims, size_t count, int64_t now, 
   return any;
 }
 
-CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause, bool prefetched) {
+CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause, bool prefetched,
+                            bool perThreadStream) {
   const int64_t start = nowNs();
   Buffer& buffer = buffers_[id];
   CUmemGenericAllocationHandle handle = 0;
@@ -476,6 +485,7 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause, bool p
   if (event != nullptr && api_.cuEventRecord(event, stream) == CUDA_SUCCESS) {
     buffer.restoreEvent = event;
     buffer.restoreStream = stream;
+    buffer.restoreThread = perThreadStream ? thisThread() : nullptr;
   } else {
     giveEvent(event);
     api_.cuStreamSynchronize(stream);
@@ -521,39 +531,45 @@ void Residency::collect(const Touch& touch, std::vector<uint32_t>& ids) {
 
 void Residency::recordUse(Buffer& buffer, CUstream stream, bool perThreadStream) {
   if (buffer.manyStreams) return;
-  for (int i = 0; i < buffer.useCount; ++i) {
-    StreamUse& use = buffer.uses[i];
-    if (use.stream != stream) continue;
-    if (perThreadStream) {
-      // The handle means "this thread's stream": only an event recorded now pins it down.
-      if (use.event == nullptr) use.event = takeEvent();
-      if (use.event == nullptr || api_.cuEventRecord(use.event, stream) != CUDA_SUCCESS)
-        buffer.manyStreams = true;
+  const void* thread = perThreadStream ? thisThread() : nullptr;
+  StreamUse* use = nullptr;
+  for (int i = 0; i < buffer.useCount && use == nullptr; ++i)
+    if (buffer.uses[i].stream == stream && buffer.uses[i].thread == thread) use = &buffer.uses[i];
+  if (use == nullptr) {
+    if (buffer.useCount == kMaxStreamUses) {
+      buffer.manyStreams = true;  // evicting or freeing it will synchronise the device
+      return;
     }
-    return;
-  }
-  if (buffer.useCount == kMaxStreamUses) {
-    buffer.manyStreams = true;
-    return;
-  }
-  StreamUse& use = buffer.uses[buffer.useCount++];
-  use.stream = stream;
-  use.event = nullptr;
-  if (perThreadStream) {
-    use.event = takeEvent();
-    if (use.event == nullptr || api_.cuEventRecord(use.event, stream) != CUDA_SUCCESS)
-      buffer.manyStreams = true;
+    use = &buffer.uses[buffer.useCount++];
+    *use = StreamUse{stream, nullptr, thread};
   }
 }
 
-void Residency::orderAfterRestore(Buffer& buffer, CUstream stream) {
+void Residency::markPerThreadUse(Buffer& buffer) {
+  // Called once the work is in this thread's default stream (API_EXIT): the event must come
+  // after it. Until then the buffer is held, so nothing needs the event yet.
+  if (buffer.manyStreams) return;
+  for (int i = 0; i < buffer.useCount; ++i) {
+    StreamUse& use = buffer.uses[i];
+    if (use.thread != thisThread()) continue;
+    if (use.event == nullptr) use.event = takeEvent();
+    if (use.event == nullptr || api_.cuEventRecord(use.event, use.stream) != CUDA_SUCCESS)
+      buffer.manyStreams = true;
+    return;
+  }
+}
+
+void Residency::orderAfterRestore(Buffer& buffer, CUstream stream, bool perThreadStream) {
   if (buffer.restoreEvent == nullptr) return;
   if (api_.cuEventQuery(buffer.restoreEvent) == CUDA_SUCCESS) {
     giveEvent(buffer.restoreEvent);
     buffer.restoreEvent = nullptr;
     return;
   }
-  if (stream != buffer.restoreStream) api_.cuStreamWaitEvent(stream, buffer.restoreEvent, 0);
+  // Only work on the very stream the restore ran on is ordered after it already.
+  const bool sameStream = stream == buffer.restoreStream &&
+                          buffer.restoreThread == (perThreadStream ? thisThread() : nullptr);
+  if (!sameStream) api_.cuStreamWaitEvent(stream, buffer.restoreEvent, 0);
 }
 
 void Residency::traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel, bool analysed,
@@ -597,12 +613,16 @@ void Residency::traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel
   }
 }
 
-CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* touches,
+CUresult Residency::prepare(CUstream stream, bool perThreadApi, const Touch* touches,
                             size_t count, const WorkInfo& work) {
+  // The calling thread's default stream: named explicitly, or as stream 0 by a _ptsz call.
+  const bool perThreadStream =
+      stream == CU_STREAM_PER_THREAD || (perThreadApi && stream == nullptr);
   trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed);
   // Paired with releaseHeld(), whatever happens below.
   if (tHeld.size() <= tHeldDepth) tHeld.emplace_back();
-  tHeld[tHeldDepth++].clear();
+  tHeld[tHeldDepth].ids.clear();
+  tHeld[tHeldDepth++].perThreadStream = false;
   std::lock_guard lock(mutex_);
   const int64_t now = nowNs();
   const uint32_t kernel = trace && work.name ? trace->internName(work.name) : 0;
@@ -640,7 +660,7 @@ CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* 
     }
     for (uint32_t id : workingSet_) {
       if (buffers_[id].state == State::kResident) continue;
-      result = restore(id, stream, kernel);
+      result = restore(id, stream, kernel, false, perThreadStream);
       if (result != CUDA_SUCCESS) {
         logLine("cannot restore a buffer of %llu bytes at 0x%llx for %s: %s",
                 (unsigned long long)buffers_[id].bytes, (unsigned long long)buffers_[id].address,
@@ -662,7 +682,7 @@ CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* 
   }
   for (uint32_t id : workingSet_) {
     Buffer& buffer = buffers_[id];
-    orderAfterRestore(buffer, stream);
+    orderAfterRestore(buffer, stream, perThreadStream);
     recordUse(buffer, stream, perThreadStream);
   }
   stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
@@ -673,7 +693,9 @@ CUresult Residency::prepare(CUstream stream, bool perThreadStream, const Touch* 
   policy_->onLaunch(launch);
   traceWork(stream, work, kernel, work.kind != WorkInfo::Kind::kOpaque, now);
   if (config_.prefetch) prefetch(now);
-  std::vector<uint32_t>& held = tHeld[tHeldDepth - 1];
+  HeldLaunch& launchHeld = tHeld[tHeldDepth - 1];
+  launchHeld.perThreadStream = perThreadStream;
+  std::vector<uint32_t>& held = launchHeld.ids;
   held.assign(workingSet_.begin(), workingSet_.end());
   for (uint32_t id : held) {
     buffers_[id].held++;
@@ -707,10 +729,13 @@ void Residency::prefetch(int64_t now) {
 
 void Residency::releaseHeld() {
   if (tHeldDepth == 0) return;
-  std::vector<uint32_t>& held = tHeld[--tHeldDepth];
+  HeldLaunch& launchHeld = tHeld[--tHeldDepth];
+  std::vector<uint32_t>& held = launchHeld.ids;
   if (held.empty()) return;
+  ReentryGuard guard;
   std::lock_guard lock(mutex_);
   for (uint32_t id : held) {
+    if (launchHeld.perThreadStream) markPerThreadUse(buffers_[id]);
     if (buffers_[id].held > 0) buffers_[id].held--;
     auto it = std::find(heldIds_.begin(), heldIds_.end(), id);
     if (it != heldIds_.end()) {

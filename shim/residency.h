@@ -96,7 +96,8 @@ class Residency {
 
   // Before work is enqueued on `stream`: makes every managed buffer in the candidate
   // address lists resident, ordered before the work on that stream, and records the use.
-  // `perThreadStream`: the stream handle means the calling thread's default stream.
+  // `perThreadApi`: the call is a _ptsz/_ptds variant, for which stream 0 is the calling
+  // thread's default stream (as CU_STREAM_PER_THREAD always is).
   struct Touch {
     const uint64_t* pointers = nullptr;  // candidate values (interior pointers allowed)
     size_t pointerCount = 0;
@@ -109,7 +110,7 @@ class Residency {
   // stay held — never evicted — until the caller calls releaseHeld() once the work is in its
   // stream (API_EXIT). Every prepare() must be paired with one releaseHeld() on the same
   // thread; pairs nest.
-  CUresult prepare(CUstream stream, bool perThreadStream, const Touch* touches, size_t count,
+  CUresult prepare(CUstream stream, bool perThreadApi, const Touch* touches, size_t count,
                    const WorkInfo& work);
   void releaseHeld();
   // A launch that could not be analysed: every evicted buffer is brought back (over budget
@@ -141,7 +142,10 @@ class Residency {
   enum class State : uint8_t { kResident, kEvicted };
   struct StreamUse {
     CUstream stream = nullptr;
-    CUevent event = nullptr;  // recorded at use time (per-thread streams), else recorded later
+    // Per-thread default streams: one handle names a different stream in every thread, so the
+    // use is pinned down by an event recorded at use time, and belongs to its thread.
+    CUevent event = nullptr;
+    const void* thread = nullptr;  // per-thread uses: the using thread; else nullptr
   };
   static constexpr int kMaxStreamUses = 4;
   struct Buffer {
@@ -163,6 +167,7 @@ class Residency {
     bool manyStreams = false;  // used on more streams than tracked: evicting syncs the device
     CUevent restoreEvent = nullptr;  // restore copy still possibly in flight
     CUstream restoreStream = nullptr;
+    const void* restoreThread = nullptr;  // restored on this thread's per-thread stream
     std::vector<uint32_t> linked;  // buffers reached through a pointer table stored in this one
   };
   struct Quarantined {  // freed, but work that used it may still run
@@ -180,7 +185,8 @@ class Residency {
   CUresult makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
                     uint32_t cause);
   bool evict(const policy::Victim* victims, size_t count, int64_t now, uint32_t cause);
-  CUresult restore(uint32_t id, CUstream stream, uint32_t cause, bool prefetched = false);
+  CUresult restore(uint32_t id, CUstream stream, uint32_t cause, bool prefetched = false,
+                   bool perThreadStream = false);
   void prefetch(int64_t now);
   void traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel, bool analysed, int64_t now);
   CUresult acquirePhysical(uint64_t bytes, CUmemGenericAllocationHandle* handle);
@@ -189,7 +195,8 @@ class Residency {
   CUresult mapAt(CUdeviceptr address, uint64_t bytes, CUmemGenericAllocationHandle handle);
   bool reclaimQuarantine(bool wait);
   void recordUse(Buffer& buffer, CUstream stream, bool perThreadStream);
-  void orderAfterRestore(Buffer& buffer, CUstream stream);
+  void markPerThreadUse(Buffer& buffer);
+  void orderAfterRestore(Buffer& buffer, CUstream stream, bool perThreadStream);
   void* takeHost(uint64_t bytes, bool* pinned);
   void giveHost(void* host, uint64_t bytes, bool pinned);
   CUevent takeEvent();
