@@ -19,7 +19,7 @@ class AccessPattern {
   AccessPattern(std::uint32_t max_buffers, std::uint32_t max_launches, std::uint32_t max_uses);
 
   void onAlloc(std::uint64_t bytes) { alloc_since_launch_ += bytes; }
-  void onFree(BufferId id) { recording_->addFree(id); }
+  void onFree(BufferId id, std::uint64_t bytes) { recording_->addFree(id, bytes); }
   void onLaunch(const Launch& launch);
   void onIteration(std::int64_t now_ns);
 

@@ -38,8 +38,8 @@ void DeltaPolicy::onAlloc(BufferId id, std::uint64_t bytes, std::int64_t now_ns)
 }
 
 void DeltaPolicy::onFree(BufferId id, std::int64_t now_ns) {
+  pattern_.onFree(id, table_.valid(id) ? table_[id].bytes : 0);
   Policy::onFree(id, now_ns);
-  pattern_.onFree(id);
 }
 
 void DeltaPolicy::onLaunch(const Launch& launch) {

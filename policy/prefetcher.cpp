@@ -62,28 +62,65 @@ std::size_t Prefetcher::choose(const UseSchedule& schedule, std::uint32_t positi
 std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32_t position,
                                         const BufferTable& table, const CostModel& costs,
                                         std::int64_t& horizon_ns) {
-  std::uint64_t bytes = 0;
+  // Net bytes: a running sum over the window of the allocations and restores at each launch,
+  // less what the launches before it free; the answer is its peak (never negative). Frees
+  // after launch q make room for the launches after q only. A buffer's restore is counted once,
+  // at its first use in the window; its free is subtracted only when its bytes are there to be
+  // freed: resident now, or allocated or restored earlier in the window (a dropped buffer's
+  // recompute is not counted, so neither is its free; a swapped one freed before any use in the
+  // window is never brought back, and frees nothing).
+  std::int64_t net = 0;
+  std::uint64_t peak = 0;
+  // The window's length is set as before this count was made net: by the gross count (every
+  // allocation, and a restore at each use of a swapped buffer). Letting the net count shorten
+  // the window too was measured: it protects fewer buffers needed soon (the horizon) and lost
+  // most of the gain (LSTM 70 %/12 GB/s 11.4 % instead of 2.2 %).
+  std::uint64_t gross = 0;
   std::int64_t restore_ns = 0;
   horizon_ns = 0;
+  const std::uint32_t len = schedule.length();
+  const std::uint32_t p0 = std::min(position, len);
+  // Order of a position within the window (positions below p0 come after the wrap).
+  auto order = [&](std::uint32_t x) -> std::uint64_t {
+    return x >= p0 ? x - p0 : static_cast<std::uint64_t>(x) + len - p0;
+  };
+  auto counted_by = [&](BufferId id, std::uint32_t q) {  // first use in the window at or before q
+    const std::uint32_t first = schedule.nextUsePos(id, p0);
+    return first != UseSchedule::kNoPos && order(first) <= order(q);
+  };
   // Room for an allocation must be made by the time it happens, and room for a restore by the
   // time the restore has to start (its transfer time before the use, behind the other restores
   // counted): copying `bytes` out takes transferNs(bytes), so count what comes sooner than that
   // plus the restore time. Without the restore term a tight budget leaves no room to prefetch
   // into, and every restore happens on demand, in full view.
   walk(schedule, position, kMaxScan, [&](std::uint32_t q, std::int64_t due) {
-    if (q != position && due > costs.transferNs(Direction::kDeviceToHost, bytes) + restore_ns) return false;
+    if (q != position && due > costs.transferNs(Direction::kDeviceToHost, gross) + restore_ns) return false;
     horizon_ns = due;
-    bytes += schedule.allocBytesAt(q);
+    net += static_cast<std::int64_t>(schedule.allocBytesAt(q));
+    gross += schedule.allocBytesAt(q);
     for (BufferId id : schedule.buffersAt(q)) {
       if (table.valid(id) && table[id].residency == Residency::kEvicted &&
           table[id].evicted_by == Action::kSwap) {
-        bytes += table[id].bytes;
+        gross += table[id].bytes;
         restore_ns += costs.transferNs(Direction::kHostToDevice, table[id].bytes);
+        if (schedule.nextUsePos(id, p0) == q) net += static_cast<std::int64_t>(table[id].bytes);
+      }
+    }
+    if (net > 0 && static_cast<std::uint64_t>(net) > peak) peak = static_cast<std::uint64_t>(net);
+    for (BufferId id : schedule.freesAt(q)) {
+      if (table.valid(id) && table[id].residency != Residency::kFree) {
+        const BufferState& s = table[id];
+        if (s.residency == Residency::kResident ||
+            (s.residency == Residency::kEvicted && s.evicted_by == Action::kSwap && counted_by(id, q))) {
+          net -= static_cast<std::int64_t>(s.bytes);
+        }
+      } else if (counted_by(id, q)) {  // not allocated now: its allocation in the window counted
+        net -= static_cast<std::int64_t>(schedule.freedBytes(id));
       }
     }
     return true;
   });
-  return bytes;
+  return peak;
 }
 
 }  // namespace delta::policy

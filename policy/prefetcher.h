@@ -22,8 +22,10 @@ class Prefetcher {
                             const PrefetchRequest& request, std::span<Prefetch> out);
 
   // Bytes the next launches need (their allocations and the restores of swapped buffers they
-  // use), counted while they come sooner than copying that many bytes out plus restoring the
-  // swapped ones would take; the time that window covers goes to `horizon_ns`.
+  // use, each restore once, net of the memory the window's launches free before the later
+  // ones need it: the peak of that running sum, never negative), over the launches that come
+  // sooner than copying their gross bytes out plus restoring the swapped ones would take; the
+  // time that window covers goes to `horizon_ns`.
   static std::uint64_t upcomingBytes(const UseSchedule& schedule, std::uint32_t position,
                                      const BufferTable& table, const CostModel& costs,
                                      std::int64_t& horizon_ns);

@@ -14,6 +14,9 @@ void UseSchedule::reserve(std::uint32_t max_buffers, std::uint32_t max_launches,
   buffer_begin_.assign(static_cast<std::size_t>(max_buffers) + 1, 0);
   use_pos_.assign(max_uses, 0);
   free_pos_.assign(max_buffers, kNoPos);
+  free_bytes_.assign(max_buffers, 0);
+  free_begin_.assign(static_cast<std::size_t>(max_launches) + 1, 0);
+  free_ids_.assign(max_buffers, 0);
   clear();
 }
 
@@ -47,9 +50,10 @@ bool UseSchedule::addLaunch(std::int64_t offset_ns, std::uint64_t alloc_bytes_be
   return true;
 }
 
-void UseSchedule::addFree(BufferId id) {
+void UseSchedule::addFree(BufferId id, std::uint64_t bytes) {
   if (id >= free_pos_.size()) return;
   free_pos_[id] = length_ > 0 ? length_ - 1 : 0;
+  free_bytes_[id] = bytes;
   if (id + 1 > id_bound_) id_bound_ = id + 1;
 }
 
@@ -72,6 +76,17 @@ void UseSchedule::finish(std::int64_t duration_ns) {
   }
   for (std::size_t b = nbuf; b > 0; --b) buffer_begin_[b] = buffer_begin_[b - 1];
   buffer_begin_[0] = 0;
+  // The same for frees: buffers grouped by the launch they are freed after.
+  std::fill(free_begin_.begin(), free_begin_.begin() + length_ + 1, 0);
+  for (std::size_t b = 0; b < nbuf; ++b) {
+    if (free_pos_[b] < length_) ++free_begin_[free_pos_[b] + 1];
+  }
+  for (std::uint32_t p = 0; p < length_; ++p) free_begin_[p + 1] += free_begin_[p];
+  for (std::size_t b = 0; b < nbuf; ++b) {
+    if (free_pos_[b] < length_) free_ids_[free_begin_[free_pos_[b]]++] = static_cast<BufferId>(b);
+  }
+  for (std::uint32_t p = length_; p > 0; --p) free_begin_[p] = free_begin_[p - 1];
+  free_begin_[0] = 0;
   indexed_bound_ = id_bound_;
   ready_ = true;
 }
@@ -79,6 +94,20 @@ void UseSchedule::finish(std::int64_t duration_ns) {
 std::span<const BufferId> UseSchedule::buffersAt(std::uint32_t pos) const {
   if (pos >= length_) return {};
   return {launch_ids_.data() + launch_begin_[pos], launch_begin_[pos + 1] - launch_begin_[pos]};
+}
+
+std::span<const BufferId> UseSchedule::freesAt(std::uint32_t pos) const {
+  if (!ready_ || pos >= length_) return {};
+  return {free_ids_.data() + free_begin_[pos], free_begin_[pos + 1] - free_begin_[pos]};
+}
+
+std::uint32_t UseSchedule::nextUsePos(BufferId id, std::uint32_t pos) const {
+  if (!ready_ || id >= indexed_bound_) return kNoPos;
+  const std::uint32_t* first = use_pos_.data() + buffer_begin_[id];
+  const std::uint32_t* last = use_pos_.data() + buffer_begin_[id + 1];
+  if (first == last) return kNoPos;
+  const std::uint32_t* next = std::lower_bound(first, last, pos);
+  return next != last ? *next : *first;
 }
 
 UseSchedule::NextUse UseSchedule::nextUse(BufferId id, std::uint32_t pos) const {

@@ -5,6 +5,8 @@
 //
 // Cost: reserve() allocates everything once. clear()/addLaunch() are O(buffers of the launch);
 // finish() is O(uses + buffer capacity); nextUseNs() is O(log uses of that buffer). None allocates.
+// Frees are indexed too (per launch: the buffers freed after it, with their bytes), so that the
+// memory the next launches need can be counted net of what they free.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +25,9 @@ class UseSchedule {
   // Appends a launch; false (and the schedule is marked overflowed) when over capacity.
   bool addLaunch(std::int64_t offset_ns, std::uint64_t alloc_bytes_before,
                  std::span<const BufferId> ids);
-  // `id` was freed after the last launch added: until then it is worth keeping, after that
-  // there is nothing to keep.
-  void addFree(BufferId id);
+  // `id` (`bytes` long) was freed after the last launch added: until then it is worth keeping,
+  // after that there is nothing to keep.
+  void addFree(BufferId id, std::uint64_t bytes = 0);
   // Closes the iteration: `duration_ns` is the iteration's length; builds the per-buffer index.
   void finish(std::int64_t duration_ns);
 
@@ -36,6 +38,13 @@ class UseSchedule {
   std::int64_t offsetNs(std::uint32_t pos) const { return pos < length_ ? time_[pos] : duration_ns_; }
   std::uint64_t allocBytesAt(std::uint32_t pos) const { return pos < length_ ? alloc_[pos] : 0; }
   std::span<const BufferId> buffersAt(std::uint32_t pos) const;
+  // Buffers freed after launch `pos` (ready() only), and the bytes each was recorded with.
+  std::span<const BufferId> freesAt(std::uint32_t pos) const;
+  std::uint64_t freedBytes(BufferId id) const { return id < free_bytes_.size() ? free_bytes_[id] : 0; }
+  // Position of the first use of `id` at or after `pos`, wrapping into the next iteration (then
+  // it is below `pos`); kNoPos when `id` is not used in the schedule. O(log uses of `id`).
+  std::uint32_t nextUsePos(BufferId id, std::uint32_t pos) const;
+  static constexpr std::uint32_t kNoPos = 0xffffffffu;
 
   // Time from launch position `pos` (the next launch to run) to the next use of `id` at or after
   // it, wrapping into the next iteration, or to its free if that comes first (a buffer about to
@@ -56,7 +65,9 @@ class UseSchedule {
   std::vector<std::uint32_t> buffer_begin_;  // per buffer, into use_pos_; capacity + 1 entries
   std::vector<std::uint32_t> use_pos_;
   std::vector<std::uint32_t> free_pos_;  // per buffer; kNoPos: not freed in the iteration
-  static constexpr std::uint32_t kNoPos = 0xffffffffu;
+  std::vector<std::uint64_t> free_bytes_;  // per buffer: its bytes when freed
+  std::vector<std::uint32_t> free_begin_;  // per launch, into free_ids_; length_ + 1 entries used
+  std::vector<BufferId> free_ids_;         // buffers freed, grouped by launch (finish())
   std::uint32_t length_ = 0;
   std::uint32_t uses_ = 0;
   // One past the highest buffer id used or freed in this recording (and in the index

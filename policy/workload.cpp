@@ -98,7 +98,7 @@ UseSchedule Workload::schedule() const {
     ids.insert(ids.end(), op.reads.begin(), op.reads.end());
     ids.insert(ids.end(), op.writes.begin(), op.writes.end());
     s.addLaunch(t, alloc, ids);
-    for (BufferId id : op.frees) s.addFree(id);
+    for (BufferId id : op.frees) s.addFree(id, buffers[id].bytes);
     t += op.compute_ns;
   }
   s.finish(t);

@@ -8,6 +8,7 @@
 #include "policy/access_pattern.h"
 #include "policy/delta_policy.h"
 #include "policy/policy_factory.h"
+#include "policy/prefetcher.h"
 
 namespace delta::policy {
 namespace {
@@ -155,6 +156,81 @@ void runIteration(Policy& p, int n, std::int64_t& t, bool markers) {
     t += 1'000'000;
   }
 }
+
+// upcomingBytes: the net bytes the window's launches need (allocations and restores, each
+// restore once, less what launches earlier in the window free), its peak, never negative.
+// Four launches 1 ms apart; the link is so slow that the window runs on as long as the count is
+// above zero (the first launch of each case needs room, so it covers the iteration).
+enum class Now : std::uint8_t { kFree, kResident, kSwapped, kDropped };
+struct UpcomingLaunch {
+  std::uint64_t alloc_bytes;  // allocated just before the launch
+  std::vector<BufferId> uses;
+  std::vector<BufferId> frees;  // freed after the launch
+};
+struct UpcomingCase {
+  const char* name;
+  std::vector<Now> now;  // per buffer id (4 MiB each)
+  std::vector<UpcomingLaunch> launches;
+  std::uint64_t expected;
+};
+
+class Upcoming : public ::testing::TestWithParam<UpcomingCase> {};
+
+TEST_P(Upcoming, CountsNetBytes) {
+  const UpcomingCase& c = GetParam();
+  constexpr std::uint64_t kBytes = 4 * kMiB;
+  UseSchedule schedule;
+  schedule.reserve(16, 16, 64);
+  std::int64_t t = 0;
+  for (const UpcomingLaunch& l : c.launches) {
+    schedule.addLaunch(t, l.alloc_bytes, l.uses);
+    for (BufferId id : l.frees) schedule.addFree(id, kBytes);
+    t += kMs;
+  }
+  schedule.finish(t);
+  BufferTable table(16);
+  for (BufferId id = 0; id < c.now.size(); ++id) {
+    if (c.now[id] == Now::kFree) continue;
+    table.allocate(id, kBytes, 0);
+    if (c.now[id] == Now::kResident) continue;
+    table.setResident(id, false);
+    table[id].evicted_by = c.now[id] == Now::kSwapped ? Action::kSwap : Action::kRecompute;
+  }
+  const CostModel slow(1e-3, 1e-3);  // 4 MiB take ~4 s each way
+  std::int64_t horizon = 0;
+  EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, slow, horizon), c.expected);
+}
+
+constexpr std::uint64_t k4 = 4 * kMiB;
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, Upcoming,
+    ::testing::Values(
+        UpcomingCase{"allocs_add_up", {Now::kFree, Now::kFree}, {{k4, {0}, {}}, {k4, {1}, {}}, {0, {}, {}}, {0, {}, {}}},
+                     2 * k4},
+        // Allocated and freed within the window: its room serves the next allocation.
+        UpcomingCase{"freed_in_window", {Now::kFree, Now::kFree},
+                     {{k4, {0}, {0}}, {k4, {1}, {}}, {0, {}, {}}, {0, {}, {}}}, k4},
+        // A resident buffer freed after launch 1 makes room for launch 2's allocation.
+        UpcomingCase{"resident_freed", {Now::kResident, Now::kFree, Now::kFree},
+                     {{k4, {1}, {}}, {0, {0}, {0}}, {k4, {2}, {}}, {0, {}, {}}}, k4},
+        // Freed after the last launch that needs room: no help (the peak comes first).
+        UpcomingCase{"freed_too_late", {Now::kResident, Now::kFree, Now::kFree},
+                     {{k4, {1}, {}}, {k4, {2}, {}}, {0, {0}, {0}}, {0, {}, {}}}, 2 * k4},
+        // A swapped buffer used twice in the window is restored once.
+        UpcomingCase{"restore_once", {Now::kSwapped}, {{0, {0}, {}}, {0, {0}, {}}, {0, {0}, {}}, {0, {}, {}}}, k4},
+        // Restored, used, freed: its room serves a later allocation.
+        UpcomingCase{"restored_then_freed", {Now::kSwapped, Now::kFree},
+                     {{0, {0}, {0}}, {k4, {1}, {}}, {0, {}, {}}, {0, {}, {}}}, k4},
+        // Swapped and freed before any use: never comes back, frees nothing on the device.
+        UpcomingCase{"swapped_freed_unused", {Now::kSwapped, Now::kFree, Now::kFree},
+                     {{k4, {1}, {0}}, {k4, {2}, {}}, {0, {}, {}}, {0, {}, {}}}, 2 * k4},
+        // A dropped buffer's recompute is not counted, so neither is its free.
+        UpcomingCase{"dropped_freed", {Now::kDropped, Now::kFree, Now::kFree},
+                     {{k4, {1}, {}}, {0, {0}, {0}}, {k4, {2}, {}}, {0, {}, {}}}, 2 * k4},
+        // Frees alone never make the count negative.
+        UpcomingCase{"never_negative", {Now::kResident}, {{0, {0}, {0}}, {0, {}, {}}, {0, {}, {}}, {0, {}, {}}}, 0}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 TEST(AccessPattern, DetectsRepetitionWithoutMarkers) {
   PolicyConfig config;
