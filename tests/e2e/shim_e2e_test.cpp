@@ -8,22 +8,16 @@
 //
 // Arguments (from meson): the train-mlp binary, libdelta.so.
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
+
+#include "tests/common/child_process.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
-#include <fstream>
-#include <map>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
-
-extern char** environ;
 
 namespace {
 
@@ -33,90 +27,10 @@ std::string gDeltaTrace;
 std::string gIpcPair;
 std::string gNcclJob;
 
-struct Outcome {
-  int status = -1;  // exit status, or 128 + signal
-  std::string out;
-  std::string err;
-  std::map<std::string, std::string> values;  // "key: value" lines of stdout
-  std::map<std::string, unsigned long long> stats;  // "libdelta: stats k=v ..." of stderr
+using Outcome = delta::testing::ChildRun;
 
-  std::string checksum() const {
-    auto it = values.find("checksum");
-    return it == values.end() ? "" : it->second;
-  }
-  unsigned long long stat(const std::string& key) const {
-    auto it = stats.find(key);
-    return it == stats.end() ? ~0ull : it->second;
-  }
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Runs `argv` with the test's environment plus `extra` (NAME=value; NAME= removes NAME).
 Outcome run(const std::vector<std::string>& argv, const std::vector<std::string>& extra) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string entry = *e;
-    std::string name = entry.substr(0, entry.find('='));
-    if (name.rfind("DELTA_", 0) == 0 || name == "LD_PRELOAD" || name.rfind("CUDASIM_", 0) == 0)
-      continue;  // only what the test sets
-    env.push_back(entry);
-  }
-  for (const std::string& entry : extra)
-    if (entry.back() != '=') {
-      env.push_back(entry);
-    }
-  std::vector<char*> envp, args;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argvCopy = argv;
-  for (auto& a : argvCopy) args.push_back(a.data());
-  args.push_back(nullptr);
-
-  char outPath[] = "/tmp/delta-e2e-out-XXXXXX";
-  char errPath[] = "/tmp/delta-e2e-err-XXXXXX";
-  int outFd = mkstemp(outPath);
-  int errFd = mkstemp(errPath);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, outFd, 1);
-  posix_spawn_file_actions_adddup2(&actions, errFd, 2);
-  pid_t pid;
-  Outcome result;
-  if (posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data()) == 0) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  close(outFd);
-  close(errFd);
-  result.out = slurp(outPath);
-  result.err = slurp(errPath);
-  unlink(outPath);
-  unlink(errPath);
-
-  std::istringstream lines(result.out);
-  for (std::string line; std::getline(lines, line);) {
-    auto colon = line.find(": ");
-    if (colon != std::string::npos) result.values[line.substr(0, colon)] = line.substr(colon + 2);
-  }
-  std::istringstream errLines(result.err);
-  for (std::string line; std::getline(errLines, line);) {
-    if (line.rfind("libdelta: stats ", 0) != 0) continue;
-    std::istringstream fields(line.substr(16));
-    for (std::string field; fields >> field;) {
-      auto eq = field.find('=');
-      if (eq != std::string::npos)
-        result.stats[field.substr(0, eq)] = std::stoull(field.substr(eq + 1));
-    }
-  }
-  return result;
+  return delta::testing::runChild(argv, extra);
 }
 
 std::vector<std::string> workload(const std::string& peak, int iters = 3) {
@@ -141,8 +55,8 @@ void expectSameResultsWithinBudget(const Outcome& shimmed, const Outcome& plain,
   ASSERT_EQ(plain.status, 0) << plain.err;
   ASSERT_EQ(shimmed.status, 0) << shimmed.err;
   EXPECT_EQ(shimmed.err.find("cudasim: illegal address"), std::string::npos) << shimmed.err;
-  ASSERT_FALSE(plain.checksum().empty());
-  EXPECT_EQ(shimmed.checksum(), plain.checksum());
+  ASSERT_FALSE(plain.value("checksum").empty());
+  EXPECT_EQ(shimmed.value("checksum"), plain.value("checksum"));
   for (const auto& [key, value] : plain.values)
     if (key.rfind("loss", 0) == 0 || key.rfind("checksum", 0) == 0) {
       auto it = shimmed.values.find(key);
@@ -223,7 +137,7 @@ TEST(ShimEndToEnd, RuntimeDomainCallbacksAloneAreEnough) {
 TEST(ShimEndToEnd, DisabledPassesEverythingThrough) {
   Outcome shimmed = run(workload("64M"), underShim({"DELTA_BUDGET=24M", "DELTA_DISABLE=1"}));
   ASSERT_EQ(shimmed.status, 0) << shimmed.err;
-  EXPECT_EQ(shimmed.checksum(), baseline("64M").checksum());
+  EXPECT_EQ(shimmed.value("checksum"), baseline("64M").value("checksum"));
   EXPECT_EQ(shimmed.err.find("libdelta: stats"), std::string::npos) << shimmed.err;
 }
 
@@ -264,7 +178,7 @@ TEST(ShimEndToEnd, CuptiTakenByAnotherToolMeansOneLineAndPassThrough) {
   Outcome shimmed = run(workload("64M"),
                     underShim({"DELTA_BUDGET=24M", "CUDASIM_CUPTI_HELD_BY=Nsight Systems"}));
   ASSERT_EQ(shimmed.status, 0) << shimmed.err;
-  EXPECT_EQ(shimmed.checksum(), baseline("64M").checksum());
+  EXPECT_EQ(shimmed.value("checksum"), baseline("64M").value("checksum"));
   EXPECT_NE(shimmed.err.find("CUPTI is already in use by Nsight Systems"), std::string::npos)
       << shimmed.err;
   EXPECT_EQ(shimmed.err.find("libdelta: stats"), std::string::npos);

@@ -9,101 +9,21 @@
 //
 // usage: stress-runner STRESS_WORKLOAD LIBDELTA_SO SEED [workload arguments...]
 // Exit 0 when every run passed; 1 with one line per failure otherwise.
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
-extern char** environ;
+#include "tests/common/child_process.h"
 
 namespace {
 
-struct Outcome {
-  int status = -1;  // exit status, or 128 + signal
-  std::string out;
-  std::string err;
-  std::map<std::string, std::string> values;        // "key: value" lines of stdout
-  std::map<std::string, unsigned long long> stats;  // "libdelta: stats k=v ..." of stderr
+using Outcome = delta::testing::ChildRun;
 
-  unsigned long long stat(const std::string& key) const {
-    auto it = stats.find(key);
-    return it == stats.end() ? ~0ull : it->second;
-  }
-  std::string value(const std::string& key) const {
-    auto it = values.find(key);
-    return it == values.end() ? "" : it->second;
-  }
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Runs `argv` with the runner's environment, less any DELTA_/LD_PRELOAD setting, plus `extra`.
+// Runs `argv` with the runner's environment, less any DELTA_/CUDASIM_/LD_PRELOAD setting,
+// plus `extra`.
 Outcome run(const std::vector<std::string>& argv, const std::vector<std::string>& extra) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string entry = *e;
-    std::string name = entry.substr(0, entry.find('='));
-    if (name.rfind("DELTA_", 0) == 0 || name == "LD_PRELOAD") continue;
-    env.push_back(entry);
-  }
-  env.insert(env.end(), extra.begin(), extra.end());
-  std::vector<char*> envp, args;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argvCopy = argv;
-  for (auto& a : argvCopy) args.push_back(a.data());
-  args.push_back(nullptr);
-
-  char outPath[] = "/tmp/delta-stress-out-XXXXXX";
-  char errPath[] = "/tmp/delta-stress-err-XXXXXX";
-  int outFd = mkstemp(outPath);
-  int errFd = mkstemp(errPath);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, outFd, 1);
-  posix_spawn_file_actions_adddup2(&actions, errFd, 2);
-  pid_t pid;
-  Outcome result;
-  if (posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data()) == 0) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  close(outFd);
-  close(errFd);
-  result.out = slurp(outPath);
-  result.err = slurp(errPath);
-  unlink(outPath);
-  unlink(errPath);
-
-  std::istringstream lines(result.out);
-  for (std::string line; std::getline(lines, line);) {
-    auto colon = line.find(": ");
-    if (colon != std::string::npos) result.values[line.substr(0, colon)] = line.substr(colon + 2);
-  }
-  std::istringstream errLines(result.err);
-  for (std::string line; std::getline(errLines, line);) {
-    if (line.rfind("libdelta: stats ", 0) != 0) continue;
-    std::istringstream fields(line.substr(16));
-    for (std::string field; fields >> field;) {
-      auto eq = field.find('=');
-      if (eq != std::string::npos) result.stats[field.substr(0, eq)] = std::stoull(field.substr(eq + 1));
-    }
-  }
-  return result;
+  return delta::testing::runChild(argv, extra);
 }
 
 int gFailures = 0;
