@@ -237,7 +237,7 @@ bool Residency::free(CUdeviceptr address) {
   // the work that used it has finished, and only then is it reused.
   Quarantined entry{buffer.address, buffer.mappedBytes,
                     buffer.state == State::kResident ? buffer.handle : 0,
-                    buffer.host, buffer.hostPinned, buffer.mappedBytes, {}};
+                    buffer.host, buffer.hostPinned, {}};
   bool synced = buffer.manyStreams;
   for (int i = 0; i < buffer.useCount && !synced; ++i) {
     StreamUse& use = buffer.uses[i];
@@ -263,7 +263,6 @@ bool Residency::free(CUdeviceptr address) {
     resident_ -= buffer.mappedBytes;
     quarantinedBytes_ += buffer.mappedBytes;
   }
-  if (buffer.host) stats_.hostBytes -= buffer.mappedBytes;
   quarantine_.push_back(std::move(entry));
   addresses_.erase(address);
   const int64_t now = nowNs();
@@ -302,7 +301,7 @@ bool Residency::reclaimQuarantine(bool wait) {
       releasePhysical(entry.mappedBytes, entry.handle);
     }
     addressCache_.emplace(entry.mappedBytes, entry.address);
-    giveHost(entry.host, entry.hostBytes, entry.hostPinned);
+    giveHost(entry.host, entry.mappedBytes, entry.hostPinned);
     quarantine_[i] = std::move(quarantine_.back());
     quarantine_.pop_back();
     any = true;
@@ -334,14 +333,14 @@ CUresult Residency::makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, 
     request.urgent = true;
     request.keep = keepIds_;
     size_t count = policy_->chooseVictims(request, victims);
-    if (count == 0 || !evict(victims, count, now, cause)) break;
+    if (count == 0 || !evict(victims, count, cause)) break;
     trimPool(UINT64_MAX);
   }
   if (fits()) return CUDA_SUCCESS;
   return config_.strict ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
 
-bool Residency::evict(const policy::Victim* victims, size_t count, int64_t now, uint32_t cause) {
+bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t cause) {
   if (evictStream_ == nullptr &&
       api_.cuStreamCreate(&evictStream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
     DELTA_WARN_ONCE("cannot create the eviction stream; running over budget");
@@ -399,7 +398,6 @@ bool Residency::evict(const policy::Victim* victims, size_t count, int64_t now, 
         chosen[i] = AddressMap::kNone;
         continue;
       }
-      stats_.hostBytes += buffer.mappedBytes;
     }
     CUresult result = api_.cuMemcpyDtoHAsync_v2(buffer.host, buffer.address, buffer.bytes, evictStream_);
     if (result != CUDA_SUCCESS) {
@@ -457,7 +455,6 @@ bool Residency::evict(const policy::Victim* victims, size_t count, int64_t now, 
     policy_->onEvicted(chosen[i], policy::Action::kSwap);
     any = true;
   }
-  (void)now;
   return any;
 }
 

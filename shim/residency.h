@@ -39,7 +39,6 @@ struct ResidencyConfig {
   uint64_t hostLimitBytes = 0;
   bool strict = false;
   bool prefetch = true;  // restore what the policy predicts, when it fits without evicting
-  const char* policyName = "delta";
 };
 
 struct Stats {
@@ -57,7 +56,6 @@ struct Stats {
   uint64_t unanalysedLaunches = 0;
   uint64_t residentBytes = 0;
   uint64_t peakResidentBytes = 0;
-  uint64_t hostBytes = 0;
   uint64_t pageableFallbacks = 0;
   uint64_t liveBuffers = 0;
 };
@@ -174,9 +172,8 @@ class Residency {
     CUdeviceptr address;
     uint64_t mappedBytes;
     CUmemGenericAllocationHandle handle;  // 0 when it was evicted
-    void* host;
+    void* host;  // its host copy, of mappedBytes
     bool hostPinned;
-    uint64_t hostBytes;
     std::vector<CUevent> events;
   };
 
@@ -184,7 +181,7 @@ class Residency {
   // `cause`: the trace's name id of the work that needs the room (0: an allocation).
   CUresult makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
                     uint32_t cause);
-  bool evict(const policy::Victim* victims, size_t count, int64_t now, uint32_t cause);
+  bool evict(const policy::Victim* victims, size_t count, uint32_t cause);
   CUresult restore(uint32_t id, CUstream stream, uint32_t cause, bool prefetched = false,
                    bool perThreadStream = false);
   void prefetch(int64_t now);
