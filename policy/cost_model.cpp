@@ -20,6 +20,13 @@ void CostModel::onCopyMeasured(Direction dir, std::uint64_t bytes, std::int64_t 
   rate += kSampleWeight * (sample - rate);
 }
 
+void CostModel::onRecomputeMeasured(std::int64_t estimated_ns, std::int64_t measured_ns) {
+  if (estimated_ns <= 0 || measured_ns <= 0) return;
+  const double sample = std::clamp(static_cast<double>(measured_ns) / static_cast<double>(estimated_ns),
+                                   1.0 / kMaxRecomputeScale, kMaxRecomputeScale);
+  recompute_scale_ += kSampleWeight * (sample - recompute_scale_);
+}
+
 std::int64_t CostModel::transferNs(Direction dir, std::uint64_t bytes) const {
   return static_cast<std::int64_t>(static_cast<double>(bytes) / bytesPerNs(dir));
 }

@@ -1,5 +1,7 @@
-// What transfers cost: host-link bandwidth each way, seeded from a start-up measurement (or the
-// simulator's configuration) and updated from the copies the caller times. No allocation.
+// What transfers and recomputes cost: host-link bandwidth each way, seeded from a start-up
+// measurement (or the simulator's configuration) and updated from the copies the caller times;
+// and how far recompute hooks' own estimates are from the times measured when they ran.
+// No allocation.
 #pragma once
 
 #include <cstdint>
@@ -19,13 +21,25 @@ class CostModel {
   std::int64_t transferNs(Direction dir, std::uint64_t bytes) const;
   double bytesPerNs(Direction dir) const;
 
+  // A recompute its hook estimated at `estimated_ns` took `measured_ns` of device time. Hooks
+  // estimate with one systematic error (a framework's cost model, a fixed guess), so the ratio
+  // is learnt once for all of them and applied to estimates given later.
+  void onRecomputeMeasured(std::int64_t estimated_ns, std::int64_t measured_ns);
+  // Measured time per ns of a hook's estimate: 1 until measured.
+  double recomputeScale() const { return recompute_scale_; }
+
  private:
   static constexpr std::uint64_t kMinSampleBytes = 1u << 20;
   // Weight of a new sample: smooths over one noisy copy, follows a change within ~10 copies.
   static constexpr double kSampleWeight = 0.2;
 
+  // A wrong estimate is corrected at most this far either way: one stalled measurement must
+  // not make every recompute look free or prohibitive.
+  static constexpr double kMaxRecomputeScale = 100.0;
+
   double h2d_;
   double d2h_;
+  double recompute_scale_ = 1.0;
 };
 
 }  // namespace delta::policy

@@ -59,8 +59,17 @@ void Policy::onIteration(std::int64_t) {}
 
 void Policy::onRecomputable(BufferId id, std::int64_t cost_ns) {
   if (!table_.valid(id)) return;
-  table_[id].recompute_ns = cost_ns < 0 ? kUnknownNs : cost_ns;
+  table_[id].recompute_ns =
+      cost_ns < 0 ? kUnknownNs
+                  : static_cast<std::int64_t>(static_cast<double>(cost_ns) * costs_.recomputeScale());
   reindex(id);
+}
+
+void Policy::onRecomputeMeasured(BufferId id, std::int64_t estimated_ns, std::int64_t measured_ns) {
+  costs_.onRecomputeMeasured(estimated_ns, measured_ns);
+  if (!table_.valid(id) || measured_ns <= 0 || table_[id].recompute_ns == kUnknownNs) return;
+  table_[id].recompute_ns = measured_ns;
+  if (table_[id].residency == Residency::kResident) reindex(id);
 }
 
 void Policy::onPinned(BufferId id, bool pinned) {

@@ -52,8 +52,12 @@ class Policy {
   virtual void onLaunch(const Launch& launch);
   // Iteration boundary, when the caller knows it (framework marker).
   virtual void onIteration(std::int64_t now_ns);
-  // A hook can recompute this buffer at `cost_ns`; kUnknownNs: it cannot (any more).
+  // A hook can recompute this buffer at `cost_ns` (its own estimate, scaled by what earlier
+  // recomputes measured against their estimates); kUnknownNs: it cannot (any more).
   void onRecomputable(BufferId id, std::int64_t cost_ns);
+  // A recompute of `id` that its hook estimated at `estimated_ns` took `measured_ns`: the buffer's
+  // cost becomes the measured one, and later estimates are corrected by the same ratio.
+  void onRecomputeMeasured(BufferId id, std::int64_t estimated_ns, std::int64_t measured_ns);
   void onPinned(BufferId id, bool pinned);
   // The caller released the buffer as returned by chooseVictims (or by its own decision).
   void onEvicted(BufferId id, Action how);

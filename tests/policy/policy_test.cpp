@@ -297,5 +297,35 @@ TEST(CostModel, FollowsMeasuredCopies) {
   EXPECT_NEAR(c.bytesPerNs(Direction::kDeviceToHost), 12.0, 1e-9);
 }
 
+TEST(CostModel, LearnsHowFarRecomputeEstimatesAreFromMeasuredTimes) {
+  CostModel c(12.0, 12.0);
+  EXPECT_DOUBLE_EQ(c.recomputeScale(), 1.0);
+  for (int i = 0; i < 50; ++i) c.onRecomputeMeasured(1'000, 3'000);
+  EXPECT_NEAR(c.recomputeScale(), 3.0, 0.01);
+  // Nonsense samples are ignored; one absurd one moves the scale only so far.
+  c.onRecomputeMeasured(0, 5'000);
+  c.onRecomputeMeasured(1'000, -1);
+  EXPECT_NEAR(c.recomputeScale(), 3.0, 0.01);
+  c.onRecomputeMeasured(1, 1'000'000'000);
+  EXPECT_LT(c.recomputeScale(), 3.0 + 0.2 * 100.0 + 0.01);
+}
+
+TEST(Policy, MeasuredRecomputeTimeReplacesTheEstimateAndScalesLaterOnes) {
+  auto p = make("delta");
+  p->onAlloc(0, 8 * kMiB, 0);
+  p->onAlloc(1, 8 * kMiB, 0);
+  p->onRecomputable(0, 1'000);
+  EXPECT_EQ(p->buffers()[0].recompute_ns, 1'000);
+  p->onRecomputeMeasured(0, 1'000, 4'000);
+  EXPECT_EQ(p->buffers()[0].recompute_ns, 4'000);
+  // The next estimate is corrected by what was learnt (one sample: 1 + 0.2 * (4 - 1)).
+  p->onRecomputable(1, 1'000);
+  EXPECT_EQ(p->buffers()[1].recompute_ns, 1'600);
+  // A buffer that cannot be recomputed stays so whatever is measured.
+  p->onRecomputable(1, kUnknownNs);
+  p->onRecomputeMeasured(1, 1'000, 4'000);
+  EXPECT_EQ(p->buffers()[1].recompute_ns, kUnknownNs);
+}
+
 }  // namespace
 }  // namespace delta::policy
