@@ -227,17 +227,21 @@ DELTA_EXPORT CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
   return real(dptr);
 }
 
-// Launches are seen through CUPTI. Only under DELTA_STRICT=1 are they also interposed here:
-// a CUPTI callback cannot make the call fail, and strict mode must fail a launch whose working
-// set the budget cannot hold, before anything is enqueued.
+// Launches are seen through CUPTI. They are also prepared here, before the real call, when a
+// launch may have to fail — a CUPTI callback cannot make the call fail: under DELTA_STRICT=1
+// (a working set the budget cannot hold), and once buffers are registered for recompute (a
+// recompute callback that fails, a framework that did not regenerate a dropped buffer).
 namespace delta::shim {
 namespace {
 
-Residency* strictlyManaging() {
+Residency* preparingLaunches() {
   if (insideShim()) return nullptr;
   Shim& shim = Shim::instance();
-  if (shim.disabled() || !shim.options().strict) return nullptr;
-  return shim.activeIfStarted();
+  if (shim.disabled()) return nullptr;
+  Residency* residency = shim.activeIfStarted();
+  if (residency == nullptr || !(shim.options().strict || residency->anyRecomputable()))
+    return nullptr;
+  return residency;
 }
 
 }  // namespace
@@ -251,10 +255,11 @@ DELTA_EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 b
                                           void** args, size_t sharedMem, cudaStream_t stream) {
   auto real = nextFunction(gRealCudaLaunchKernel, "cudaLaunchKernel");
   if (real == nullptr) return cudaErrorInsufficientDriver;
-  if (strictlyManaging() == nullptr)
+  if (preparingLaunches() == nullptr || launchAlreadyPrepared())
     return real(func, gridDim, blockDim, args, sharedMem, stream);
-  if (prepareRuntimeLaunch(func, reinterpret_cast<CUstream>(stream), false, args) != CUDA_SUCCESS)
-    return cudaErrorMemoryAllocation;
+  if (CUresult r = prepareRuntimeLaunch(func, reinterpret_cast<CUstream>(stream), false, args);
+      r != CUDA_SUCCESS)
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? cudaErrorMemoryAllocation : cudaErrorUnknown;
   PreparedLaunchScope prepared;
   return real(func, gridDim, blockDim, args, sharedMem, stream);
 }
@@ -268,7 +273,7 @@ DELTA_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX
                                             CUstream hStream, void** kernelParams, void** extra) {
   auto real = REAL_DRIVER(cuLaunchKernel);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (strictlyManaging() != nullptr && !launchAlreadyPrepared()) {
+  if (preparingLaunches() != nullptr && !launchAlreadyPrepared()) {
     if (CUresult r = prepareKernelLaunch(f, hStream, false, kernelParams, extra); r != CUDA_SUCCESS)
       return r;
     PreparedLaunchScope prepared;

@@ -23,7 +23,7 @@ DlsymFunction realDlsym();
   X(cuEventDestroy_v2) X(cuFuncGetParamInfo) X(cuFuncGetName) X(cuIpcGetMemHandle)         \
   X(cuCtxSynchronize) X(cuLaunchKernel) X(cuMemExportToShareableHandle)                   \
   X(cuMemImportFromShareableHandle) X(cuMemcpyDtoDAsync_v2) X(cuIpcOpenMemHandle_v2)        \
-  X(cuIpcCloseMemHandle)
+  X(cuIpcCloseMemHandle) X(cuEventElapsedTime_v2)
 
 struct DriverApi {
 #define DELTA_DECLARE(name) decltype(&::name) name = nullptr;

@@ -37,6 +37,23 @@ const void* thisThread() { return &tThreadToken; }
 constexpr size_t kVictimBatch = 64;
 constexpr int kMaxLinkDepth = 4;
 
+// Recompute callbacks whose work needs other dropped buffers nest; this deep is a cycle.
+constexpr int kMaxRecomputeDepth = 64;
+thread_local int tRecomputeDepth = 0;
+
+// Framework-managed buffers dropped by this thread's call, told to the framework once the
+// residency lock is released.
+struct DropNotice {
+  DropNotifier notifier;
+  void* context;
+  CUdeviceptr address;
+  size_t bytes;
+};
+thread_local std::vector<DropNotice> tDropNotices;
+std::mutex gDropNotifierMutex;
+DropNotifier gDropNotifier = nullptr;
+void* gDropNotifierContext = nullptr;
+
 uint64_t roundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
 
 }  // namespace
@@ -153,6 +170,7 @@ void Residency::giveEvent(CUevent event) {
 // ---- allocation and free -----------------------------------------------------------------
 
 CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
+  NoticesAfterUnlock notices{this};
   ReentryGuard guard;
   std::lock_guard lock(mutex_);
   const uint64_t mapped = roundUp(bytes, granularity_);
@@ -269,8 +287,9 @@ bool Residency::free(CUdeviceptr address) {
   policy_->onFree(id, now);
   if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
     trace->free(trace::FreeRecord{static_cast<uint64_t>(now), buffer.serial, buffer.bytes,
-                                  buffer.state == State::kResident ? trace::Residency::kResident
-                                                                   : trace::Residency::kOnHost});
+                                  buffer.state == State::kResident  ? trace::Residency::kResident
+                                  : buffer.state == State::kDropped ? trace::Residency::kDropped
+                                                                    : trace::Residency::kOnHost});
   buffer = Buffer{};
   freeIds_.push_back(id);
   stats_.frees++;
@@ -351,11 +370,13 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
   bool syncAll = false;
   size_t evicting = 0;
   uint32_t chosen[kVictimBatch];
+  bool drop[kVictimBatch];
   for (size_t v = 0; v < count; ++v) {
     const uint32_t id = victims[v].id;
     if (id >= buffers_.size()) continue;
     Buffer& buffer = buffers_[id];
-    if (!buffer.live || buffer.state != State::kResident || buffer.pinned || buffer.held > 0)
+    if (!buffer.live || buffer.state != State::kResident || buffer.pinned || buffer.held > 0 ||
+        buffer.regenerating)
       continue;
     syncAll |= buffer.manyStreams;
     for (int i = 0; i < buffer.useCount && !syncAll; ++i) {
@@ -378,6 +399,11 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
       }
     }
     if (buffer.restoreEvent) api_.cuStreamWaitEvent(evictStream_, buffer.restoreEvent, 0);
+    // Dropped when the policy says so and the contents can be regenerated; a buffer whose
+    // host copy is still valid costs nothing to swap, so it keeps that copy instead.
+    drop[evicting] = victims[v].action == policy::Action::kRecompute &&
+                     buffer.hook.kind != RecomputeHook::Kind::kNone && !buffer.hostValid &&
+                     !buffer.keepContents;
     chosen[evicting++] = id;
   }
   if (evicting == 0) return false;
@@ -387,6 +413,7 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
   uint64_t copied = 0;
   for (size_t i = 0; i < evicting; ++i) {
     Buffer& buffer = buffers_[chosen[i]];
+    if (drop[i]) continue;  // nothing to copy: it will be recomputed
     if (buffer.hostValid) {
       stats_.cleanEvictions++;
       continue;
@@ -439,20 +466,35 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
       trace->evict(trace::EvictRecord{static_cast<uint64_t>(waitStart), static_cast<uint64_t>(end),
                                       buffer.serial, buffer.bytes,
                                       static_cast<uint64_t>(waited) / evicting,
-                                      reinterpret_cast<uint64_t>(evictStream_), cause, 0});
+                                      reinterpret_cast<uint64_t>(evictStream_), cause,
+                                      drop[i] ? trace::kEvictDrop : uint8_t(0)});
     api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
     releasePhysical(buffer.mappedBytes, buffer.handle);
     buffer.handle = 0;
-    buffer.state = State::kEvicted;
-    buffer.hostValid = true;
+    if (drop[i]) {
+      buffer.state = State::kDropped;
+      giveHost(buffer.host, buffer.mappedBytes, buffer.hostPinned);  // a stale copy, if any
+      buffer.host = nullptr;
+      buffer.hostValid = false;
+      stats_.drops++;
+      if (buffer.hook.kind == RecomputeHook::Kind::kFramework) {
+        std::lock_guard notifierLock(gDropNotifierMutex);
+        if (gDropNotifier != nullptr)
+          tDropNotices.push_back(
+              DropNotice{gDropNotifier, gDropNotifierContext, buffer.address, buffer.bytes});
+      }
+    } else {
+      buffer.state = State::kEvicted;
+      buffer.hostValid = true;
+      stats_.evictions++;
+    }
     for (int u = 0; u < buffer.useCount; ++u) giveEvent(buffer.uses[u].event);
     buffer.useCount = 0;
     buffer.manyStreams = false;
     giveEvent(buffer.restoreEvent);
     buffer.restoreEvent = nullptr;
     resident_ -= buffer.mappedBytes;
-    stats_.evictions++;
-    policy_->onEvicted(chosen[i], policy::Action::kSwap);
+    policy_->onEvicted(chosen[i], drop[i] ? policy::Action::kRecompute : policy::Action::kSwap);
     any = true;
   }
   return any;
@@ -615,25 +657,92 @@ CUresult Residency::prepare(CUstream stream, bool perThreadApi, const Touch* tou
   // The calling thread's default stream: named explicitly, or as stream 0 by a _ptsz call.
   const bool perThreadStream =
       stream == CU_STREAM_PER_THREAD || (perThreadApi && stream == nullptr);
-  trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed);
   // Paired with releaseHeld(), whatever happens below.
   if (tHeld.size() <= tHeldDepth) tHeld.emplace_back();
   tHeld[tHeldDepth].ids.clear();
   tHeld[tHeldDepth++].perThreadStream = false;
-  std::lock_guard lock(mutex_);
-  const int64_t now = nowNs();
-  const uint32_t kernel = trace && work.name ? trace->internName(work.name) : 0;
-  workingSet_.clear();
-  if (addresses_.size() > 0)
-    for (size_t i = 0; i < count; ++i) collect(touches[i], workingSet_);
-  if (workingSet_.empty()) {
-    traceWork(stream, work, kernel, work.kind != WorkInfo::Kind::kOpaque, now);
-    return CUDA_SUCCESS;
+  std::vector<RecomputeCall> calls;  // empty (no allocation) unless something was dropped
+  const char* what = nullptr;
+  uint32_t kernel = 0;
+  CUresult result;
+  {
+    std::unique_lock lock(mutex_);
+    result = prepareLocked(lock, stream, perThreadStream, touches, count, work, calls, &what,
+                           &kernel);
   }
+  if (hasDropNotices()) deliverDropNotices();
+  if (calls.empty()) return result;
+  return runRecomputes(calls, stream, perThreadStream, what, kernel);
+}
+
+CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream stream,
+                                  bool perThreadStream, const Touch* touches, size_t count,
+                                  const WorkInfo& work, std::vector<RecomputeCall>& calls,
+                                  const char** whatOut, uint32_t* kernelOut) {
+  trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed);
+  const uint32_t kernel = trace && work.name ? trace->internName(work.name) : 0;
+  *kernelOut = kernel;
   const char* what = work.name            ? work.name
                      : work.kind == WorkInfo::Kind::kCopy   ? "a copy"
                      : work.kind == WorkInfo::Kind::kMemset ? "a memset"
                                                             : "a launch";
+  *whatOut = what;
+  int64_t now = nowNs();
+  bool recomputing = false;  // some buffer must be regenerated by a callback, on this thread
+  for (;;) {
+    workingSet_.clear();
+    if (addresses_.size() > 0)
+      for (size_t i = 0; i < count; ++i) collect(touches[i], workingSet_);
+    if (workingSet_.empty()) {
+      traceWork(stream, work, kernel, work.kind != WorkInfo::Kind::kOpaque, now);
+      return CUDA_SUCCESS;
+    }
+    if (!anyRecomputable_.load(std::memory_order_relaxed)) break;
+    // Dropped buffers: regenerated here by their callback, or a framework bug. Another thread's
+    // regeneration is waited for: its work must be in a stream before this work may use it.
+    bool wait = false;
+    recomputing = false;
+    if (work.kind == WorkInfo::Kind::kOpaque) {
+      // Work that could not be analysed "touches" every buffer: a framework-managed buffer it
+      // finds dropped is most likely not used by it, and only the framework could regenerate
+      // it, so it is left as it is (were it used, the device would fault, not compute on it).
+      std::erase_if(workingSet_, [this](uint32_t id) {
+        return buffers_[id].state == State::kDropped &&
+               buffers_[id].hook.kind != RecomputeHook::Kind::kCallback;
+      });
+    }
+    for (uint32_t id : workingSet_) {
+      const Buffer& buffer = buffers_[id];
+      const bool callback = buffer.hook.kind == RecomputeHook::Kind::kCallback;
+      if (buffer.regenerating && buffer.regeneratingThread != nullptr &&
+          buffer.regeneratingThread != thisThread())
+        wait = true;
+      if (buffer.state != State::kDropped) continue;
+      if (!callback) {
+        logLine("error: %s touches the managed buffer at 0x%llx (%llu bytes) whose contents were "
+                "dropped and not regenerated; %s. The call fails instead of running on lost "
+                "contents",
+                what, (unsigned long long)buffer.address, (unsigned long long)buffer.bytes,
+                buffer.hook.kind == RecomputeHook::Kind::kFramework
+                    ? "the framework must call delta_begin_recompute, regenerate it, then "
+                      "delta_recomputed before any use"
+                    : "it was unregistered while dropped");
+        return CUDA_ERROR_UNKNOWN;
+      }
+      if (recomputeOwner_ != nullptr && recomputeOwner_ != thisThread()) wait = true;
+      recomputing = true;
+    }
+    if (!wait) break;
+    regenerated_.wait(lock);  // then look again: buffers may have changed or been freed
+    now = nowNs();
+  }
+  if (recomputing && tRecomputeDepth >= kMaxRecomputeDepth) {
+    logLine("error: %s needs a dropped buffer regenerated, but recompute callbacks are already "
+            "nested %d deep (do the producers of dropped buffers form a cycle?); the call fails",
+            what, kMaxRecomputeDepth);
+    return CUDA_ERROR_UNKNOWN;
+  }
+  if (!recomputeTimings_.empty()) pollRecomputeTimings();
 
   ReentryGuard guard;
   uint64_t missing = 0;
@@ -656,15 +765,29 @@ CUresult Residency::prepare(CUstream stream, bool perThreadApi, const Touch* tou
                       what, (unsigned long long)(workingBytes >> 20));
     }
     for (uint32_t id : workingSet_) {
-      if (buffers_[id].state == State::kResident) continue;
-      result = restore(id, stream, kernel, false, perThreadStream);
+      Buffer& buffer = buffers_[id];
+      if (buffer.state == State::kEvicted) {
+        result = restore(id, stream, kernel, false, perThreadStream);
+      } else if (buffer.state == State::kDropped) {
+        result = remap(id);
+        if (result == CUDA_SUCCESS) {
+          policy_->onRestored(id, now);
+          buffer.regenerating = true;
+          buffer.regeneratingThread = thisThread();
+          buffer.regenerateStartNs = now;
+          calls.push_back(RecomputeCall{id, buffer.serial, buffer.hook, buffer.address, buffer.bytes});
+        }
+      }
       if (result != CUDA_SUCCESS) {
-        logLine("cannot restore a buffer of %llu bytes at 0x%llx for %s: %s",
-                (unsigned long long)buffers_[id].bytes, (unsigned long long)buffers_[id].address,
-                what, resultText(api_, result));
+        logLine("cannot bring back a buffer of %llu bytes at 0x%llx for %s: %s",
+                (unsigned long long)buffer.bytes, (unsigned long long)buffer.address, what,
+                resultText(api_, result));
+        for (const RecomputeCall& call : calls) dropAgain(buffers_[call.id]);
+        calls.clear();
         return result;
       }
     }
+    if (!calls.empty()) recomputeOwner_ = thisThread();
   }
   // What the work may write loses its host copy (a kernel may write whatever it reaches).
   for (size_t t = 0; t < count; ++t) {
@@ -681,6 +804,7 @@ CUresult Residency::prepare(CUstream stream, bool perThreadApi, const Touch* tou
     Buffer& buffer = buffers_[id];
     orderAfterRestore(buffer, stream, perThreadStream);
     recordUse(buffer, stream, perThreadStream);
+    buffer.keepContents = false;
   }
   stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
   policy::Launch launch;
@@ -690,6 +814,8 @@ CUresult Residency::prepare(CUstream stream, bool perThreadApi, const Touch* tou
   policy_->onLaunch(launch);
   traceWork(stream, work, kernel, work.kind != WorkInfo::Kind::kOpaque, now);
   if (config_.prefetch) prefetch(now);
+  // Held from here until the work is in its stream: neither this thread's recompute callbacks
+  // nor other threads may evict them meanwhile.
   HeldLaunch& launchHeld = tHeld[tHeldDepth - 1];
   launchHeld.perThreadStream = perThreadStream;
   std::vector<uint32_t>& held = launchHeld.ids;
@@ -699,6 +825,168 @@ CUresult Residency::prepare(CUstream stream, bool perThreadApi, const Touch* tou
     heldIds_.push_back(id);
   }
   return CUDA_SUCCESS;
+}
+
+CUresult Residency::runRecomputes(std::vector<RecomputeCall>& calls, CUstream stream,
+                                  bool perThreadStream, const char* what, uint32_t kernel) {
+  // The callback's work must land where the touching work will run: a _ptsz call's stream 0
+  // is this thread's default stream, which only CU_STREAM_PER_THREAD names everywhere.
+  CUstream hookStream = perThreadStream ? CU_STREAM_PER_THREAD : stream;
+  CUresult result = CUDA_SUCCESS;
+  ++tRecomputeDepth;
+  for (const RecomputeCall& call : calls) {
+    if (result != CUDA_SUCCESS) {  // an earlier one failed: the rest are not regenerated
+      ReentryGuard guard;
+      std::lock_guard lock(mutex_);
+      Buffer& buffer = buffers_[call.id];
+      if (buffer.live && buffer.serial == call.serial) dropAgain(buffer);
+      continue;
+    }
+    CUevent start = nullptr;
+    CUevent end = nullptr;
+    {
+      ReentryGuard guard;
+      if (api_.cuEventCreate(&start, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
+          api_.cuEventRecord(start, hookStream) != CUDA_SUCCESS) {
+        if (start) api_.cuEventDestroy_v2(start);
+        start = nullptr;
+      }
+    }
+    const int64_t hostStart = nowNs();
+    // Outside the lock and the reentry guard: the callback's launches are prepared like any.
+    const int status = call.hook.callback(call.hook.context, reinterpret_cast<void*>(call.address),
+                                          call.bytes, hookStream);
+    ReentryGuard guard;
+    if (start != nullptr && (api_.cuEventCreate(&end, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
+                             api_.cuEventRecord(end, hookStream) != CUDA_SUCCESS)) {
+      if (end) api_.cuEventDestroy_v2(end);
+      end = nullptr;
+    }
+    std::lock_guard lock(mutex_);
+    Buffer& buffer = buffers_[call.id];
+    const bool same = buffer.live && buffer.serial == call.serial;  // not freed by the callback
+    if (status != 0) {
+      stats_.recomputeFailures++;
+      logLine("error: the recompute callback of the buffer at 0x%llx (%llu bytes) returned %d; "
+              "%s, which needs it, fails (the buffer stays dropped)",
+              (unsigned long long)call.address, (unsigned long long)call.bytes, status, what);
+      // Whatever it enqueued before failing must finish before the memory goes.
+      api_.cuStreamSynchronize(hookStream);
+      if (same) dropAgain(buffer);
+      if (start) api_.cuEventDestroy_v2(start);
+      if (end) api_.cuEventDestroy_v2(end);
+      result = CUDA_ERROR_UNKNOWN;
+      regenerated_.notify_all();
+      continue;
+    }
+    stats_.recomputes++;
+    if (same) {
+      buffer.regenerating = false;
+      buffer.regeneratingThread = nullptr;
+      buffer.hostValid = false;
+      // Work on other streams waits for the regeneration as for a restore.
+      giveEvent(buffer.restoreEvent);
+      buffer.restoreEvent = nullptr;
+      CUevent ordered = takeEvent();
+      if (ordered != nullptr && api_.cuEventRecord(ordered, hookStream) == CUDA_SUCCESS) {
+        buffer.restoreEvent = ordered;
+        buffer.restoreStream = stream;
+        buffer.restoreThread = perThreadStream ? thisThread() : nullptr;
+      } else {
+        giveEvent(ordered);
+        api_.cuStreamSynchronize(hookStream);
+      }
+      const int64_t now = nowNs();
+      if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
+        trace->recompute(trace::RecomputeRecord{static_cast<uint64_t>(hostStart),
+                                                static_cast<uint64_t>(now), call.serial,
+                                                call.bytes, 0, reinterpret_cast<uint64_t>(stream),
+                                                kernel, 0});
+    }
+    if (start != nullptr && end != nullptr)
+      recomputeTimings_.push_back(RecomputeTiming{call.id, call.serial, call.hook.estimateNs, start,
+                                                  end, tRecomputeDepth > 1});
+    else if (start != nullptr)
+      api_.cuEventDestroy_v2(start);
+    regenerated_.notify_all();
+  }
+  --tRecomputeDepth;
+  if (tRecomputeDepth == 0) {
+    std::lock_guard lock(mutex_);
+    recomputeOwner_ = nullptr;
+    regenerated_.notify_all();
+  }
+  return result;
+}
+
+CUresult Residency::remap(uint32_t id) {
+  Buffer& buffer = buffers_[id];
+  CUmemGenericAllocationHandle handle = 0;
+  CUresult result = acquirePhysical(buffer.mappedBytes, &handle);
+  if (result != CUDA_SUCCESS) return result;
+  result = mapAt(buffer.address, buffer.mappedBytes, handle);
+  if (result != CUDA_SUCCESS) {
+    releasePhysical(buffer.mappedBytes, handle);
+    return result;
+  }
+  buffer.handle = handle;
+  buffer.state = State::kResident;
+  resident_ += buffer.mappedBytes;
+  stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
+  return CUDA_SUCCESS;
+}
+
+void Residency::dropAgain(Buffer& buffer) {
+  // A regeneration that did not happen: the memory goes back, the buffer is dropped as before.
+  if (buffer.state == State::kResident && buffer.handle != 0) {
+    api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
+    releasePhysical(buffer.mappedBytes, buffer.handle);
+    buffer.handle = 0;
+    resident_ -= buffer.mappedBytes;
+  }
+  buffer.state = State::kDropped;
+  buffer.regenerating = false;
+  buffer.regeneratingThread = nullptr;
+  for (int u = 0; u < buffer.useCount; ++u) giveEvent(buffer.uses[u].event);
+  buffer.useCount = 0;
+  buffer.manyStreams = false;
+  const uint32_t id = addresses_.find(buffer.address);
+  if (id != AddressMap::kNone) policy_->onEvicted(id, policy::Action::kRecompute);
+}
+
+void Residency::pollRecomputeTimings() {
+  for (size_t i = 0; i < recomputeTimings_.size();) {
+    RecomputeTiming& timing = recomputeTimings_[i];
+    const CUresult state = api_.cuEventQuery(timing.end);
+    if (state == CUDA_ERROR_NOT_READY) {
+      ++i;
+      continue;
+    }
+    float ms = 0;
+    if (state == CUDA_SUCCESS &&
+        api_.cuEventElapsedTime_v2(&ms, timing.start, timing.end) == CUDA_SUCCESS && ms >= 0) {
+      const auto measured = static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+      if (!timing.nested) stats_.recomputeNs += static_cast<uint64_t>(measured);
+      const Buffer& buffer = buffers_[timing.id];
+      policy_->onRecomputeMeasured(buffer.live && buffer.serial == timing.serial ? timing.id
+                                                                                 : policy::kNoBuffer,
+                                   timing.estimateNs, measured);
+    }
+    api_.cuEventDestroy_v2(timing.start);
+    api_.cuEventDestroy_v2(timing.end);
+    recomputeTimings_[i] = recomputeTimings_.back();
+    recomputeTimings_.pop_back();
+  }
+}
+
+bool Residency::hasDropNotices() { return !tDropNotices.empty(); }
+
+void Residency::deliverDropNotices() {
+  // Outside the lock: the framework's notifier may ask the shim questions.
+  std::vector<DropNotice> notices;
+  notices.swap(tDropNotices);
+  for (const DropNotice& notice : notices)
+    notice.notifier(notice.context, reinterpret_cast<void*>(notice.address), notice.bytes);
 }
 
 void Residency::prefetch(int64_t now) {
@@ -794,12 +1082,14 @@ trace::CloseTotals Residency::traceTotals() {
   totals.bytes_d2h = s.bytesToHost;
   totals.evictions = s.evictions;
   totals.restores = s.restores;
+  totals.recomputes = s.recomputes;
   totals.stall_ns = s.stallNs;
   totals.over_budget_launches = s.overBudgetLaunches;
   return totals;
 }
 
 CUresult Residency::exportBuffer(CUdeviceptr address, CUdeviceptr* base, uint64_t* bytes, int* fd) {
+  NoticesAfterUnlock notices{this};
   ReentryGuard guard;
   std::lock_guard lock(mutex_);
   uint32_t id = addresses_.find(address);
@@ -810,6 +1100,12 @@ CUresult Residency::exportBuffer(CUdeviceptr address, CUdeviceptr* base, uint64_
   if (buffer.exportFd >= 0) {
     *fd = buffer.exportFd;
     return CUDA_SUCCESS;
+  }
+  if (buffer.state == State::kDropped || buffer.regenerating) {
+    logLine("cannot share the buffer at 0x%llx with another process while its contents are "
+            "dropped for recompute; use it (or unregister it) before exporting it",
+            (unsigned long long)buffer.address);
+    return CUDA_ERROR_NOT_SUPPORTED;
   }
   buffer.pinned = true;
   policy_->onPinned(id, true);
@@ -861,8 +1157,123 @@ CUresult Residency::exportBuffer(CUdeviceptr address, CUdeviceptr* base, uint64_
   return CUDA_SUCCESS;
 }
 
+// ---- recompute registrations (the public API) ---------------------------------------------
+
+int Residency::setRecompute(CUdeviceptr address, const RecomputeHook& hook) {
+  std::lock_guard lock(mutex_);
+  const uint32_t id = addresses_.find(address);
+  if (id == AddressMap::kNone) return -1;
+  buffers_[id].hook = hook;
+  if (hook.kind != RecomputeHook::Kind::kNone) anyRecomputable_.store(true, std::memory_order_relaxed);
+  policy_->onRecomputable(id, hook.kind == RecomputeHook::Kind::kNone ? policy::kUnknownNs
+                                                                      : std::max<int64_t>(hook.estimateNs, 0));
+  return 0;
+}
+
+int Residency::clearRecompute(CUdeviceptr address) {
+  RecomputeHook::Kind kind;
+  CUdeviceptr start;
+  {
+    std::lock_guard lock(mutex_);
+    const uint32_t id = addresses_.find(address);
+    if (id == AddressMap::kNone) return -1;
+    kind = buffers_[id].hook.kind;
+    start = buffers_[id].address;
+    if (buffers_[id].state != State::kDropped || kind != RecomputeHook::Kind::kCallback) {
+      buffers_[id].hook = RecomputeHook{};
+      policy_->onRecomputable(id, policy::kUnknownNs);
+      return buffers_[id].state == State::kDropped ? 1 : 0;
+    }
+  }
+  // Dropped, with a callback that may not be callable once unregistered: regenerate it now,
+  // as a use on the legacy default stream would.
+  Touch touch;
+  touch.rangeStart = start;
+  touch.rangeBytes = 1;
+  touch.kind = UseKind::kRead;
+  WorkInfo work;
+  work.kind = WorkInfo::Kind::kOpaque;
+  work.name = "delta_unregister";
+  const CUresult result = prepare(nullptr, false, &touch, 1, work);
+  releaseHeld();
+  std::lock_guard lock(mutex_);
+  const uint32_t id = addresses_.find(address);
+  if (id == AddressMap::kNone) return -1;
+  buffers_[id].hook = RecomputeHook{};
+  policy_->onRecomputable(id, policy::kUnknownNs);
+  return result == CUDA_SUCCESS ? 0 : 1;
+}
+
+int Residency::isDropped(CUdeviceptr address) {
+  std::lock_guard lock(mutex_);
+  const uint32_t id = addresses_.find(address);
+  if (id == AddressMap::kNone) return -1;
+  return buffers_[id].state == State::kDropped ? 1 : 0;
+}
+
+int Residency::beginRecompute(CUdeviceptr address) {
+  NoticesAfterUnlock notices{this};
+  ReentryGuard guard;
+  std::lock_guard lock(mutex_);
+  const uint32_t id = addresses_.find(address);
+  if (id == AddressMap::kNone) return -1;
+  Buffer& buffer = buffers_[id];
+  if (buffer.hook.kind == RecomputeHook::Kind::kFramework) buffer.keepContents = true;
+  if (buffer.state != State::kDropped) return 0;
+  const int64_t now = nowNs();
+  const std::vector<uint32_t> keep{id};
+  if (makeRoom(buffer.mappedBytes, keep, now, 0) != CUDA_SUCCESS) return -1;
+  if (CUresult r = remap(id); r != CUDA_SUCCESS) {
+    logLine("cannot map memory to regenerate the buffer at 0x%llx (%llu bytes): %s",
+            (unsigned long long)buffer.address, (unsigned long long)buffer.bytes,
+            resultText(api_, r));
+    return -1;
+  }
+  buffer.regenerating = true;
+  buffer.regeneratingThread = nullptr;
+  buffer.regenerateStartNs = now;
+  buffer.hostValid = false;
+  policy_->onRestored(id, now);
+  return 1;
+}
+
+int Residency::endRecompute(CUdeviceptr address) {
+  std::lock_guard lock(mutex_);
+  const uint32_t id = addresses_.find(address);
+  if (id == AddressMap::kNone) return -1;
+  Buffer& buffer = buffers_[id];
+  if (!buffer.regenerating || buffer.regeneratingThread != nullptr) return 0;
+  buffer.regenerating = false;
+  buffer.keepContents = true;  // the regeneration used it; the use it was regenerated for is next
+  stats_.recomputes++;
+  if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
+    trace->recompute(trace::RecomputeRecord{static_cast<uint64_t>(buffer.regenerateStartNs),
+                                            static_cast<uint64_t>(nowNs()), buffer.serial,
+                                            buffer.bytes, 0, 0, 0, 0});
+  return 0;
+}
+
+void Residency::setDropNotifier(DropNotifier notifier, void* context) {
+  std::lock_guard lock(gDropNotifierMutex);
+  gDropNotifier = notifier;
+  gDropNotifierContext = context;
+}
+
+void Residency::markIteration() {
+  std::lock_guard lock(mutex_);
+  const int64_t now = nowNs();
+  policy_->onIteration(now);
+  if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
+    trace->iteration(trace::IterationRecord{static_cast<uint64_t>(now), iterations_});
+  ++iterations_;
+}
+
 Stats Residency::stats() {
   std::lock_guard lock(mutex_);
+  if (!recomputeTimings_.empty()) {
+    ReentryGuard guard;
+    pollRecomputeTimings();
+  }
   Stats copy = stats_;
   copy.residentBytes = resident_;
   copy.liveBuffers = addresses_.size();

@@ -16,11 +16,19 @@
 // those must be atomic with respect to other launches' view of the buffers. Those calls
 // run under ReentryGuard, so the CUPTI callbacks they raise return at once and cannot take
 // the lock again.
+//
+// Recompute: a buffer registered through the public API may be dropped (unmapped, no copy)
+// instead of swapped. A callback buffer is regenerated when work touches it: prepare() maps
+// fresh memory, holds the work's buffers, releases the lock, and calls the program's callback,
+// whose own launches come back through prepare() (nested, bounded by kMaxRecomputeDepth). One
+// thread at a time runs callbacks (recomputeOwner_), so producers that need each other cannot
+// deadlock across threads; others wait on regenerated_ only when they need such a buffer.
 #pragma once
 
 #include <cuda.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -58,7 +66,22 @@ struct Stats {
   uint64_t peakResidentBytes = 0;
   uint64_t pageableFallbacks = 0;
   uint64_t liveBuffers = 0;
+  uint64_t drops = 0;               // released without a copy, to be recomputed
+  uint64_t recomputes = 0;          // dropped buffers regenerated
+  uint64_t recomputeFailures = 0;   // callbacks that returned an error
+  uint64_t recomputeNs = 0;         // device time of callback recomputes, as measured
 };
+
+// How a managed buffer's contents can be regenerated (the public API's registrations).
+struct RecomputeHook {
+  enum class Kind : uint8_t { kNone, kCallback, kFramework };
+  using Callback = int (*)(void* context, void* pointer, size_t bytes, void* stream);
+  Kind kind = Kind::kNone;
+  Callback callback = nullptr;
+  void* context = nullptr;
+  int64_t estimateNs = 0;  // the program's estimate of the device time it takes
+};
+using DropNotifier = void (*)(void* context, void* pointer, size_t bytes);
 
 // What the work being prepared is, for messages and the trace.
 struct WorkInfo {
@@ -129,6 +152,21 @@ class Residency {
   // CUDA_ERROR_NOT_FOUND: not a managed buffer.
   CUresult exportBuffer(CUdeviceptr address, CUdeviceptr* base, uint64_t* bytes, int* fd);
 
+  // ---- Recompute (the public API). -1: `address` is not in a managed buffer. ----
+  int setRecompute(CUdeviceptr address, const RecomputeHook& hook);
+  // 0, or 1 when a framework-managed buffer stays dropped; a dropped callback buffer is
+  // regenerated first, on the legacy default stream.
+  int clearRecompute(CUdeviceptr address);
+  int isDropped(CUdeviceptr address);
+  // Framework-managed regeneration: memory back (1) or nothing to do (0); then the end.
+  int beginRecompute(CUdeviceptr address);
+  int endRecompute(CUdeviceptr address);
+  // For the whole process (frameworks set it before the shim is active).
+  static void setDropNotifier(DropNotifier notifier, void* context);
+  void markIteration();
+  // Some buffer was registered as recomputable: launches must be prepared where they can fail.
+  bool anyRecomputable() const { return anyRecomputable_.load(std::memory_order_relaxed); }
+
   Stats stats();
   uint64_t budget() const { return config_.budgetBytes; }
 
@@ -137,7 +175,11 @@ class Residency {
   trace::CloseTotals traceTotals();
 
  private:
-  enum class State : uint8_t { kResident, kEvicted };
+  enum class State : uint8_t {
+    kResident,
+    kEvicted,  // contents on the host
+    kDropped,  // contents gone until regenerated (a recompute hook exists)
+  };
   struct StreamUse {
     CUstream stream = nullptr;
     // Per-thread default streams: one handle names a different stream in every thread, so the
@@ -167,6 +209,32 @@ class Residency {
     CUstream restoreStream = nullptr;
     const void* restoreThread = nullptr;  // restored on this thread's per-thread stream
     std::vector<uint32_t> linked;  // buffers reached through a pointer table stored in this one
+    RecomputeHook hook;
+    // Mapped again, contents being regenerated: by a callback on regeneratingThread, or
+    // (regeneratingThread nullptr) by the framework until delta_recomputed. Never evicted.
+    bool regenerating = false;
+    const void* regeneratingThread = nullptr;
+    int64_t regenerateStartNs = 0;
+    // The framework checked it (delta_begin_recompute) and will use it: swapped if need be, but
+    // not dropped again before that use, or the framework's check would be worthless.
+    bool keepContents = false;
+  };
+  // A callback to run once the lock is released: the buffer is mapped and held already.
+  struct RecomputeCall {
+    uint32_t id;
+    uint64_t serial;
+    RecomputeHook hook;
+    CUdeviceptr address;
+    uint64_t bytes;
+  };
+  // A callback's device time, read once its events have completed.
+  struct RecomputeTiming {
+    uint32_t id;
+    uint64_t serial;
+    int64_t estimateNs;
+    CUevent start;
+    CUevent end;
+    bool nested;  // inside another callback, whose own time already covers this one
   };
   struct Quarantined {  // freed, but work that used it may still run
     CUdeviceptr address;
@@ -199,6 +267,27 @@ class Residency {
   CUevent takeEvent();
   void giveEvent(CUevent event);
   void collect(const Touch& touch, std::vector<uint32_t>& ids);
+  CUresult prepareLocked(std::unique_lock<std::mutex>& lock, CUstream stream,
+                         bool perThreadStream, const Touch* touches, size_t count,
+                         const WorkInfo& work, std::vector<RecomputeCall>& calls,
+                         const char** what, uint32_t* kernel);
+  CUresult runRecomputes(std::vector<RecomputeCall>& calls, CUstream stream,
+                         bool perThreadStream, const char* what, uint32_t kernel);
+  // Maps new physical memory under a dropped buffer; its contents are undefined until
+  // regenerated.
+  CUresult remap(uint32_t id);
+  void dropAgain(Buffer& buffer);
+  void pollRecomputeTimings();
+  void deliverDropNotices();
+  // Declared before the lock in the entry points that may drop buffers: delivers the drop
+  // notices once the lock is released.
+  struct NoticesAfterUnlock {
+    Residency* residency;
+    ~NoticesAfterUnlock() {
+      if (hasDropNotices()) residency->deliverDropNotices();
+    }
+  };
+  static bool hasDropNotices();
   void addWithLinks(uint32_t id, std::vector<uint32_t>& ids, int depth);
 
   const DriverApi& api_;
@@ -231,6 +320,12 @@ class Residency {
   std::vector<uint32_t> writtenScratch_;
   std::vector<policy::BufferId> keepIds_;
   std::vector<uint32_t> heldIds_;  // buffers of prepared launches not yet enqueued (repeats kept)
+
+  std::atomic<bool> anyRecomputable_{false};
+  const void* recomputeOwner_ = nullptr;     // the thread running recompute callbacks
+  std::condition_variable regenerated_;      // a regeneration ended, or the owner left
+  std::vector<RecomputeTiming> recomputeTimings_;
+  uint64_t iterations_ = 0;
 };
 
 int64_t nowNs();

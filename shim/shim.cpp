@@ -155,6 +155,16 @@ void Shim::afterForkInChild() {
 void Shim::finish() {
   Residency* residency = residency_.load();
   if (residency == nullptr) return;
+  if (insideShim()) {
+    // exit() called on a thread that is inside the shim: from a signal handler (a common
+    // SIGINT/SIGTERM handler calls exit) that interrupted an eviction or a restore. This
+    // thread holds the residency lock, and perhaps its trace buffer: the summary and the
+    // trace's closing record would wait for them for ever. The trace is left as a kill
+    // leaves it: readable, without its closing record.
+    logLine("exit() was called inside libdelta (from a signal handler?): no summary, and the "
+            "trace is left without its closing record");
+    return;
+  }
   if (options_.verbose >= 1) printSummary();
   if (trace_.enabled()) {
     residency->setTrace(nullptr);
@@ -178,6 +188,11 @@ void Shim::printSummary() {
           (unsigned long long)s.evictions, (unsigned long long)s.cleanEvictions,
           (unsigned long long)s.restores, (unsigned long long)s.prefetches, mib(s.bytesToHost),
           mib(s.bytesToDevice));
+  if (s.drops > 0 || s.recomputes > 0 || s.recomputeFailures > 0)
+    logLine("summary: %llu buffers dropped for recompute, %llu recomputed (%.3f s of device "
+            "time measured), %llu recompute callbacks failed",
+            (unsigned long long)s.drops, (unsigned long long)s.recomputes, s.recomputeNs / 1e9,
+            (unsigned long long)s.recomputeFailures);
   logLine("summary: %.3f s waiting for evictions, %llu launches over budget, %llu launches not "
           "analysed, %llu pageable host fallbacks",
           s.stallNs / 1e9, (unsigned long long)s.overBudgetLaunches,
@@ -185,13 +200,16 @@ void Shim::printSummary() {
   // The same in one machine-readable line, for scripts and tests.
   logLine("stats budget_bytes=%llu peak_resident_bytes=%llu evictions=%llu restores=%llu "
           "prefetches=%llu bytes_to_host=%llu bytes_to_device=%llu over_budget_launches=%llu "
-          "over_budget_allocations=%llu unanalysed_launches=%llu stall_ns=%llu",
+          "over_budget_allocations=%llu unanalysed_launches=%llu stall_ns=%llu drops=%llu "
+          "recomputes=%llu recompute_failures=%llu recompute_ns=%llu",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
           (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
           (unsigned long long)s.bytesToDevice,
           (unsigned long long)s.overBudgetLaunches, (unsigned long long)s.overBudgetAllocations,
-          (unsigned long long)s.unanalysedLaunches, (unsigned long long)s.stallNs);
+          (unsigned long long)s.unanalysedLaunches, (unsigned long long)s.stallNs,
+          (unsigned long long)s.drops, (unsigned long long)s.recomputes,
+          (unsigned long long)s.recomputeFailures, (unsigned long long)s.recomputeNs);
 }
 
 }  // namespace delta::shim
