@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
 #include <regex>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@ namespace {
 std::string gWorkload;
 std::string gShim;
 std::string gDeltaTrace;
+std::string gProbe;
 
 using Outcome = delta::testing::ChildRun;
 
@@ -195,16 +197,65 @@ TEST(Recompute, EveryModeWithoutTheShimComputesTheSameResult) {
   }
 }
 
+TEST(RecomputeApi, EdgeCases) {
+  // Two registered buffers (a: callback, b: framework-managed) and two unregistered ones, 2 MiB
+  // each, in a 4 MiB budget where only registered buffers may be released: see the probe.
+  Outcome probe = delta::testing::runChild(
+      {gProbe}, underShim({"DELTA_BUDGET=4M", "DELTA_POLICY=recompute-only"}));
+  ASSERT_EQ(probe.status, 0) << probe.err << probe.out;
+  EXPECT_EQ(probe.err.find("cudasim: illegal address"), std::string::npos) << probe.err;
+  const std::map<std::string, std::string> expected = {
+      {"api_version", "2"},
+      {"register_before_active", "-1"},  // nothing managed yet
+      {"notifier_before_active", "0"},   // kept for the process
+      {"register_callback", "0"},
+      {"register_framework", "0"},
+      {"register_host_pointer", "-1"},
+      {"dropped_host_pointer", "-1"},
+      {"register_interior_pointer", "0"},  // names the buffer that holds it
+      {"register_null_callback", "-1"},
+      {"a_dropped", "1"},
+      {"b_dropped", "1"},
+      {"drop_notices", "1"},  // b only: a has a callback
+      {"a_after_copy", "intact"},  // a copy seen through CUPTI regenerated it
+      {"callbacks", "1"},
+      {"misuse", "cudaErrorUnknown"},
+      {"b_still_dropped", "1"},
+      {"begin_b", "1"},
+      {"recomputed_b", "0"},
+      {"b_after_regeneration", "intact"},
+      {"begin_resident_b", "0"},
+      {"a_dropped_again", "1"},
+      {"unregister_a", "0"},
+      {"unregister_regenerated", "1"},
+      {"a_after_unregister", "intact"},
+      {"unregister_host_pointer", "-1"},
+      {"torch_malloc", "ok"},
+      {"torch_malloc_managed", "1"},
+      {"torch_free_released", "1"},
+      {"torch_malloc_zero", "NULL"},
+      {"torch_malloc_too_big", "NULL"},  // 1 PiB: the runtime's out-of-memory, as NULL
+      {"done", "yes"},
+  };
+  for (const auto& [key, value] : expected) EXPECT_EQ(probe.value(key), value) << key << "\n" << probe.out;
+  EXPECT_NE(probe.err.find("error: fill touches the managed buffer at 0x"), std::string::npos)
+      << probe.err;
+  Outcome alone = delta::testing::runChild({gProbe}, {});
+  EXPECT_EQ(alone.status, 0) << alone.err;
+  EXPECT_EQ(alone.value("shim"), "absent");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (argc < 4) {
-    std::fprintf(stderr, "usage: recompute-e2e-test TRAIN_RECOMPUTE LIBDELTA DELTA_TRACE\n");
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: recompute-e2e-test TRAIN_RECOMPUTE LIBDELTA DELTA_TRACE PROBE\n");
     return 2;
   }
   gWorkload = argv[1];
   gShim = argv[2];
   gDeltaTrace = argv[3];
+  gProbe = argv[4];
   return RUN_ALL_TESTS();
 }
