@@ -10,6 +10,13 @@
 #endif
 
 namespace delta::policy {
+namespace {
+
+// Far longer than any op-log line; a "line" longer than this is not text (a binary file, or
+// /dev/zero, which would otherwise be read until memory runs out).
+constexpr std::size_t kMaxLineBytes = 16u << 20;
+
+}  // namespace
 
 LineReader::~LineReader() { close(); }
 
@@ -64,6 +71,9 @@ std::string LineReader::open(const std::string& path) {
 bool LineReader::next(std::string& line) {
   line.clear();
   char buf[1 << 14];
+  // Counted in reads, not in line.size(): a NUL byte ends what `line += buf` appends, so a
+  // binary file's "line" may never grow while it is read for ever.
+  std::size_t pieces = 0;
   for (;;) {
     const char* got = nullptr;
 #if DELTA_HAVE_ZLIB
@@ -85,6 +95,11 @@ bool LineReader::next(std::string& line) {
     if (!line.empty() && line.back() == '\n') {
       line.pop_back();
       return true;
+    }
+    if (++pieces * (sizeof buf - 1) > kMaxLineBytes) {
+      error_ = path_ + ": a line longer than 16 MiB: not a text file";
+      line.clear();
+      return false;
     }
   }
 }

@@ -15,7 +15,8 @@ class LineReader {
 
   // Empty string on success, else why the file cannot be read.
   std::string open(const std::string& path);
-  // Next line without its '\n'; false at the end (or on a read error: see error()).
+  // Next line without its '\n'; false at the end (or on a read error, or a line longer than
+  // 16 MiB: see error()).
   bool next(std::string& line);
   const std::string& error() const { return error_; }
 

@@ -505,12 +505,25 @@ CuptiStatus subscribeCupti(const std::string& cuptiPath, const DriverApi& api,
                        " (pass-through mode)";
     return status;
   }
-  for (CUpti_CallbackId id = 0; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id)
+  // Every callback or none: a launch the shim does not see may touch an evicted buffer.
+  auto unsubscribe = reinterpret_cast<decltype(&cuptiUnsubscribe)>(lookup("cuptiUnsubscribe"));
+  CUptiResult enabled = CUPTI_SUCCESS;
+  for (CUpti_CallbackId id = 0; id < CUPTI_DRIVER_TRACE_CBID_SIZE && enabled == CUPTI_SUCCESS; ++id)
     if (gDriverRoutes[id].work != Work::kIgnore)
-      enableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
-  for (CUpti_CallbackId id = 0; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id)
+      enabled = enableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+  for (CUpti_CallbackId id = 0; id < CUPTI_RUNTIME_TRACE_CBID_SIZE && enabled == CUPTI_SUCCESS; ++id)
     if (gRuntimeRoutes[id].work != Work::kIgnore)
-      enableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+      enabled = enableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+  if (enabled != CUPTI_SUCCESS) {
+    if (unsubscribe) unsubscribe(subscriber);
+    gContext = nullptr;
+    const char* text = "unknown error";
+    if (resultString) resultString(enabled, &text);
+    status.message = std::string("cannot enable CUPTI callbacks: ") + text +
+                     ": libdelta cannot see kernel launches, so it will not evict anything "
+                     "(pass-through mode)";
+    return status;
+  }
   status.subscribed = true;
   return status;
 }

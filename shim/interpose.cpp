@@ -17,6 +17,7 @@
 #include "shim/log.h"
 #include "shim/reentry_guard.h"
 #include "shim/shim.h"
+#include "shim/uvm_mode.h"
 
 #define DELTA_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -104,6 +105,12 @@ DELTA_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
       callerIsNccl(__builtin_return_address(0)))
     return real(devPtr, size);
   ensureRuntimeContext();
+  if (UvmMode* uvm = uvmManaging(size)) {  // DELTA_MODE=uvm
+    CUdeviceptr address = 0;
+    if (uvm->allocate(size, &address) != CUDA_SUCCESS) return real(devPtr, size);
+    *devPtr = reinterpret_cast<void*>(address);
+    return cudaSuccess;
+  }
   Residency* residency = managing(size);
   if (residency == nullptr) return real(devPtr, size);
   CUdeviceptr address = 0;
@@ -123,6 +130,8 @@ DELTA_EXPORT cudaError_t cudaFree(void* devPtr) {
   auto real = runtimeApi().cudaFree;
   if (real == nullptr) return cudaErrorInsufficientDriver;
   if (devPtr == nullptr) return real(devPtr);
+  if (UvmMode* uvm = uvmStarted(); uvm && uvm->free(reinterpret_cast<CUdeviceptr>(devPtr)))
+    return cudaSuccess;
   if (Residency* residency = managingFree();
       residency && residency->free(reinterpret_cast<CUdeviceptr>(devPtr)))
     return cudaSuccess;
@@ -134,6 +143,7 @@ DELTA_EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   if (real == nullptr) return cudaErrorInsufficientDriver;
   cudaError_t result = real(free, total);
   if (result != cudaSuccess || insideShim()) return result;
+  if (UvmMode* uvm = uvmReporting()) uvm->reportBudget(free, total);
   if (Residency* residency = managingFree()) reportBudget(*residency, free, total);
   return result;
 }
@@ -289,6 +299,8 @@ DELTA_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) 
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (dptr == nullptr || bytesize == 0 || callerIsNccl(__builtin_return_address(0)))
     return real(dptr, bytesize);
+  if (UvmMode* uvm = uvmManaging(bytesize))  // DELTA_MODE=uvm
+    return uvm->allocate(bytesize, dptr) == CUDA_SUCCESS ? CUDA_SUCCESS : real(dptr, bytesize);
   Residency* residency = managing(bytesize);
   if (residency == nullptr) return real(dptr, bytesize);
   CUcontext context = nullptr;
@@ -297,12 +309,23 @@ DELTA_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) 
     return real(dptr, bytesize);
   CUresult result = residency->allocate(bytesize, dptr);
   if (result == CUDA_ERROR_NOT_SUPPORTED) return real(dptr, bytesize);
+  // Out of memory without DELTA_STRICT is the device's answer, not the budget's (the budget
+  // only ever runs over): the driver answers for itself. cudaMalloc's fallback to the runtime
+  // comes through here too, so without this the program got the shim's error, not the
+  // driver's, even where plain cuMemAlloc would have succeeded.
+  if (result == CUDA_ERROR_OUT_OF_MEMORY && !Shim::instance().options().strict) {
+    DELTA_WARN_ONCE("the device has no memory for a managed buffer of %llu MiB (cuMemCreate: out "
+                    "of memory); such allocations are left to the driver, unmanaged",
+                    (unsigned long long)(bytesize >> 20));
+    return real(dptr, bytesize);
+  }
   return result;
 }
 
 DELTA_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   auto real = REAL_DRIVER(cuMemFree_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (UvmMode* uvm = uvmStarted(); uvm && dptr != 0 && uvm->free(dptr)) return CUDA_SUCCESS;
   if (Residency* residency = managingFree(); residency && dptr != 0 && residency->free(dptr))
     return CUDA_SUCCESS;
   return real(dptr);
@@ -313,6 +336,7 @@ DELTA_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult result = real(free, total);
   if (result != CUDA_SUCCESS || insideShim()) return result;
+  if (UvmMode* uvm = uvmReporting()) uvm->reportBudget(free, total);
   if (Residency* residency = managingFree()) reportBudget(*residency, free, total);
   return result;
 }

@@ -249,7 +249,7 @@ constexpr std::array<Row, 13> kTable = {{
      parseCuptiPath, [](const Options& o) { return o.cuptiPath; }},
     {{"DELTA_MODE", "vmm",
       "`vmm`: manage buffers with the driver's virtual memory calls; `uvm`: the Unified Memory "
-      "baseline.",
+      "baseline, managed memory that the driver pages (`docs/options.md`).",
       "vmm or uvm"},
      parseMode,
      [](const Options& o) {

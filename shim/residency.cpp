@@ -428,9 +428,11 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
     }
     CUresult result = api_.cuMemcpyDtoHAsync_v2(buffer.host, buffer.address, buffer.bytes, evictStream_);
     if (result != CUDA_SUCCESS) {
-      logLine("eviction copy of %llu bytes at 0x%llx failed: %s; the buffer stays resident",
-              (unsigned long long)buffer.bytes, (unsigned long long)buffer.address,
-              resultText(api_, result));
+      // Once: a driver that refuses copies refuses them all, and each would be one more line.
+      DELTA_WARN_ONCE("eviction copy of %llu bytes at 0x%llx failed: %s; the buffer stays "
+                      "resident (later failures are not reported)",
+                      (unsigned long long)buffer.bytes, (unsigned long long)buffer.address,
+                      resultText(api_, result));
       chosen[i] = AddressMap::kNone;
       continue;
     }
@@ -448,7 +450,7 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
   stats_.stallNs += static_cast<uint64_t>(waited);
   for (auto& [stream, event] : recorded) giveEvent(event);
   if (!copiesDone) {
-    logLine("eviction copies failed to complete; running over budget");
+    DELTA_WARN_ONCE("eviction copies failed to complete; running over budget");
     return false;
   }
   if (copied > 0) {
@@ -505,20 +507,31 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause, bool p
   const int64_t start = nowNs();
   Buffer& buffer = buffers_[id];
   CUmemGenericAllocationHandle handle = 0;
-  CUresult result = acquirePhysical(buffer.mappedBytes, &handle);
+  CUresult result = CUDA_ERROR_UNKNOWN;
+  // The work that needs the buffer runs whatever we return (CUPTI cannot cancel it), and
+  // would fault on the missing memory: a failure that may pass (the device momentarily full
+  // because another process took what an eviction gave back, a copy refused once) is worth a
+  // second try, after giving the device every byte the shim can spare.
+  for (int attempt = 0; attempt < 2 && result != CUDA_SUCCESS; ++attempt) {
+    if (attempt > 0) {
+      reclaimQuarantine(true);
+      trimPool(UINT64_MAX);
+    }
+    result = acquirePhysical(buffer.mappedBytes, &handle);
+    if (result != CUDA_SUCCESS) continue;
+    result = mapAt(buffer.address, buffer.mappedBytes, handle);
+    if (result != CUDA_SUCCESS) {
+      releasePhysical(buffer.mappedBytes, handle);
+      continue;
+    }
+    // On the stream of the work that needs it: that work is ordered after the copy.
+    result = api_.cuMemcpyHtoDAsync_v2(buffer.address, buffer.host, buffer.bytes, stream);
+    if (result != CUDA_SUCCESS) {
+      api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
+      releasePhysical(buffer.mappedBytes, handle);
+    }
+  }
   if (result != CUDA_SUCCESS) return result;
-  result = mapAt(buffer.address, buffer.mappedBytes, handle);
-  if (result != CUDA_SUCCESS) {
-    releasePhysical(buffer.mappedBytes, handle);
-    return result;
-  }
-  // On the stream of the work that needs it: that work is ordered after the copy.
-  result = api_.cuMemcpyHtoDAsync_v2(buffer.address, buffer.host, buffer.bytes, stream);
-  if (result != CUDA_SUCCESS) {
-    api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
-    releasePhysical(buffer.mappedBytes, handle);
-    return result;
-  }
   // Other streams that use it before this copy is known to be done must wait for it.
   CUevent event = takeEvent();
   if (event != nullptr && api_.cuEventRecord(event, stream) == CUDA_SUCCESS) {
@@ -666,6 +679,9 @@ CUresult Residency::prepare(CUstream stream, bool perThreadApi, const Touch* tou
   uint32_t kernel = 0;
   CUresult result;
   {
+    // Inside the shim for as long as the lock is held: a signal handler that calls exit()
+    // meanwhile must find the exit handler skipping what would take the lock again.
+    ReentryGuard guard;
     std::unique_lock lock(mutex_);
     result = prepareLocked(lock, stream, perThreadStream, touches, count, work, calls, &what,
                            &kernel);
@@ -1269,6 +1285,7 @@ void Residency::markIteration() {
 }
 
 Stats Residency::stats() {
+  ReentryGuard guard;
   std::lock_guard lock(mutex_);
   if (!recomputeTimings_.empty()) {
     ReentryGuard guard;

@@ -11,6 +11,7 @@
 #include "shim/cupti_switchboard.h"
 #include "shim/log.h"
 #include "shim/reentry_guard.h"
+#include "shim/uvm_mode.h"
 
 extern char** environ;
 
@@ -58,8 +59,6 @@ Residency* Shim::activate() {
   if (driver_.cuDeviceGet(&device, 0) != CUDA_SUCCESS ||
       driver_.cuDeviceTotalMem_v2(&deviceBytes, device) != CUDA_SUCCESS)
     return giveUp(nullptr);
-  if (options_.mode == Options::Mode::kUvm)
-    return giveUp("DELTA_MODE=uvm is not available in this build; passing everything through");
 
   uint64_t budget = 0, hostLimit = 0;
   std::string error;
@@ -68,6 +67,15 @@ Residency* Shim::activate() {
     ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
     (void)ignored;
     _exit(1);
+  }
+  if (options_.mode == Options::Mode::kUvm) {
+    // The Unified Memory baseline (uvm_mode.h) takes the allocations itself; there is no
+    // residency manager and no CUPTI subscription, so everything else passes through.
+    if (!startUvmMode(driver_, device, budget))
+      return giveUp("DELTA_MODE=uvm: this device or driver cannot oversubscribe managed memory; "
+                    "passing everything through");
+    passThrough_.store(true);
+    return nullptr;
   }
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -116,7 +124,8 @@ void Shim::openTrace(Residency& residency, const char* deviceName, uint64_t devi
   writer.path = options_.tracePath;
   writer.overwrite = options_.traceOverwrite;
   writer.on_error = [](const char* message, void*) {
-    logLine("trace: %s; recording stopped (the job goes on)", message);
+    // The writer's line already says that recording stopped and what was lost is counted.
+    logLine("%s (the job goes on)", message);
   };
   trace::TraceInfo info;
   info.producer = std::string("libdelta ") + DELTA_VERSION_STRING;
@@ -169,8 +178,9 @@ void Shim::finish() {
   if (trace_.enabled()) {
     residency->setTrace(nullptr);
     trace::WriterCounts counts = trace_.close(residency->traceTotals());
-    if (counts.dropped > 0)
-      logLine("trace: %llu records dropped (disk too slow or full)",
+    // After a failed write the writer has said so once already; this is for a slow disk.
+    if (counts.dropped > 0 && !counts.failed)
+      logLine("trace: %llu records dropped (the disk was too slow)",
               (unsigned long long)counts.dropped);
   }
 }

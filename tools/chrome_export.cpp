@@ -126,7 +126,11 @@ int exportCommand(const std::vector<std::string>& args) {
     fmt::print(stderr, "delta-trace export: {}\n", err);
     return 1;
   }
-  std::FILE* out = *output == "-" ? stdout : std::fopen(output->c_str(), "w");
+  // Written beside OUT and renamed over it at the end: a file that turns out corrupt half-way
+  // must not leave half an export (or destroy a good one) where the user asked for it.
+  const bool toFile = *output != "-";
+  const std::string partial = *output + ".partial";
+  std::FILE* out = toFile ? std::fopen(partial.c_str(), "w") : stdout;
   if (out == nullptr) {
     fmt::print(stderr, "delta-trace export: cannot write {}\n", *output);
     return 1;
@@ -223,8 +227,17 @@ int exportCommand(const std::vector<std::string>& args) {
   }
   while (!pending.empty()) finish(pending.begin()->first, 0);
   fmt::print(out, "\n]}}\n");
-  const bool write_failed = std::ferror(out) != 0;
-  if (out != stdout) std::fclose(out);
+  bool write_failed = std::ferror(out) != 0;
+  if (toFile) write_failed = std::fclose(out) != 0 || write_failed;
+  const bool corrupt = reader.status() != trace::ReadStatus::kEnd &&
+                       reader.status() != trace::ReadStatus::kTruncated;
+  if (toFile && (write_failed || corrupt || std::rename(partial.c_str(), output->c_str()) != 0)) {
+    std::remove(partial.c_str());
+    if (!corrupt) {
+      fmt::print(stderr, "delta-trace export: writing {} failed\n", *output);
+      return 1;
+    }
+  }
   if (write_failed) {
     fmt::print(stderr, "delta-trace export: writing {} failed\n", *output);
     return 1;

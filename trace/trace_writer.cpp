@@ -15,6 +15,8 @@
 #include <ctime>
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -79,6 +81,23 @@ const char* rankFromEnv() {
   return nullptr;
 }
 
+// Takes the writer's lock on the trace file: an exclusive flock, held as long as the file is
+// open (forked children share it; exec'd ones do not inherit the descriptor). A second
+// process given the same DELTA_TRACE (an exec'd child, a second job) finds it taken and must
+// not truncate or interleave its records into the file.
+bool lockForWriting(int fd) {
+  int rc;
+  do {
+    rc = flock(fd, LOCK_EX | LOCK_NB);
+  } while (rc != 0 && errno == EINTR);
+  return rc == 0 || errno != EWOULDBLOCK;  // a file system without locks: nothing to check
+}
+
+std::string inUseMessage(const std::string& path) {
+  return "trace file " + path + " is being written by another process; put %p in DELTA_TRACE "
+         "to give each process a file of its own";
+}
+
 std::uint64_t hashFrames(std::span<const std::uint64_t> a, std::span<const std::uint32_t> n) {
   return checksum(a.data(), a.size_bytes()) ^ (checksum(n.data(), n.size_bytes()) * 31);
 }
@@ -128,6 +147,11 @@ std::string TraceWriter::open(const WriterOptions& options, const TraceInfo& inf
   if (path_.empty()) return "trace: empty file name";
 
   int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd >= 0 && !lockForWriting(fd)) {
+    // Another process opened the file between our creating and locking it, and holds it.
+    ::close(fd);
+    return inUseMessage(path_);
+  }
   if (fd < 0 && errno == EEXIST) {
     struct stat st {};
     if (lstat(path_.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
@@ -141,6 +165,10 @@ std::string TraceWriter::open(const WriterOptions& options, const TraceInfo& inf
       return "cannot open trace file " + path_ + ": " + std::strerror(errno);
     }
     if (fstat(fd, &st) != 0) st.st_mode = 0;
+    if (S_ISREG(st.st_mode) && !lockForWriting(fd)) {
+      ::close(fd);
+      return inUseMessage(path_);
+    }
     if (S_ISREG(st.st_mode)) {
       char magic[sizeof kMagic] = {};
       const bool is_trace = st.st_size == 0 ||
@@ -463,7 +491,23 @@ void TraceWriter::run() {
   }
 }
 
+bool TraceWriter::passesFileSizeLimit(std::size_t n) const {
+  // A write past RLIMIT_FSIZE raises SIGXFSZ, whose default action ends the process: the
+  // job's. The background thread blocks it, but close() writes from the job's thread. So the
+  // limit is checked first, and a write that would pass it fails with EFBIG, unwritten.
+  rlimit limit{};
+  if (getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return false;
+  struct stat st {};
+  if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  const off_t offset = lseek(fd_, 0, SEEK_CUR);
+  return offset < 0 || static_cast<std::uint64_t>(offset) + n > limit.rlim_cur;
+}
+
 bool TraceWriter::writeAll(const char* data, std::size_t n) {
+  if (passesFileSizeLimit(n)) {
+    errno = EFBIG;
+    return false;
+  }
   while (n != 0) {
     const ssize_t w = ::write(fd_, data, n);
     if (w < 0) {
@@ -498,9 +542,14 @@ bool TraceWriter::writeChunk(const char* payload, std::size_t bytes, std::uint32
   iovec iov[2] = {{header, sizeof header}, {const_cast<char*>(payload), bytes}};
   std::size_t total = sizeof header + bytes;
   ssize_t w;
-  do {
-    w = ::writev(fd_, iov, 2);
-  } while (w < 0 && errno == EINTR);
+  if (passesFileSizeLimit(total)) {
+    w = -1;
+    errno = EFBIG;
+  } else {
+    do {
+      w = ::writev(fd_, iov, 2);
+    } while (w < 0 && errno == EINTR);
+  }
   bool ok = w >= 0 && static_cast<std::size_t>(w) == total;
   if (!ok && w > 0) {
     // Short write: finish it by hand.
@@ -555,7 +604,7 @@ WriterCounts TraceWriter::close(const CloseTotals& totals, std::uint64_t time_ns
   ::close(fd_);
   fd_ = -1;
   opened_ = false;
-  return WriterCounts{c.records_written, c.records_dropped};
+  return WriterCounts{c.records_written, c.records_dropped, failed_};
 }
 
 void TraceWriter::onForkChild() {

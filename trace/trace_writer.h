@@ -25,6 +25,9 @@
 //   parent's file and thread are unaffected).
 // - the background thread blocks all signals, so a job's signal handlers never run on it
 //   (heaptrack learned this when a SIGPROF-based profiler crashed in its writer thread).
+// - a write that would pass the process's file size limit (RLIMIT_FSIZE) is not attempted: it
+//   fails as EFBIG would, without the SIGXFSZ that would end the job (close() writes from the
+//   job's own thread).
 #pragma once
 
 #include <atomic>
@@ -73,6 +76,7 @@ struct TraceInfo {
 struct WriterCounts {
   std::uint64_t written = 0;  // records in the file (excluding the Close record)
   std::uint64_t dropped = 0;
+  bool failed = false;        // a write failed (and on_error has said so)
 };
 
 class TraceWriter {
@@ -87,7 +91,8 @@ class TraceWriter {
 
   // Creates the file (mode 0600, never through a symbolic link) and starts the background
   // thread. An existing file is replaced only if it is a DELTA trace, empty, or overwrite is
-  // set. Returns "" on success, else one line saying why (nothing is recorded then).
+  // set, and never while another process's writer has it open (an flock held while open).
+  // Returns "" on success, else one line saying why (nothing is recorded then).
   std::string open(const WriterOptions& options, const TraceInfo& info);
   const std::string& path() const { return path_; }
 
@@ -151,6 +156,8 @@ class TraceWriter {
   bool writeChunk(const char* payload, std::size_t bytes, std::uint32_t records,
                   std::uint32_t thread);
   bool writeAll(const char* data, std::size_t n);
+  // True when writing n more bytes would pass the process's file size limit (RLIMIT_FSIZE).
+  bool passesFileSizeLimit(std::size_t n) const;
   void fail(const char* what, int err);
 
   WriterOptions options_;

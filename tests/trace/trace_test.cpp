@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -364,6 +366,76 @@ TEST(TraceWriterOpen, OverwritesOnlyTracesUnlessAsked) {
   int n = 0;
   while (r.next(rec)) ++n;
   EXPECT_EQ(n, 2);  // Iteration + Close
+  unlink(path.c_str());
+}
+
+TEST(TraceWriterOpen, AFileAnotherWriterHoldsIsNeitherTruncatedNorShared) {
+  // Two processes given the same path (an exec'd child inheriting DELTA_TRACE without %p):
+  // the second must not truncate the first's file nor write into it. Two writers in one
+  // process open the file twice, which is what the flock sees too.
+  const std::string path = tempPath("shared.dtrace");
+  TraceWriter first;
+  WriterOptions o;
+  o.path = path;
+  ASSERT_EQ(first.open(o, TraceInfo{}), "");
+  first.iteration({1, 1});
+  {
+    TraceWriter second;
+    const std::string err = second.open(o, TraceInfo{});
+    EXPECT_NE(err.find("is being written by another process"), std::string::npos) << err;
+    EXPECT_NE(err.find("%p"), std::string::npos) << err;
+  }
+  first.iteration({2, 2});
+  first.close({});
+  TraceReader r;
+  ASSERT_EQ(r.open(path), "");
+  Record rec;
+  int n = 0;
+  while (r.next(rec)) ++n;
+  EXPECT_EQ(r.status(), ReadStatus::kEnd) << r.error();
+  EXPECT_EQ(n, 3);  // both iterations and the Close record: nothing lost, nothing foreign
+  // Once closed, the file is free again (a trace: replaced without asking).
+  TraceWriter third;
+  EXPECT_EQ(third.open(o, TraceInfo{}), "");
+  third.close({});
+  unlink(path.c_str());
+}
+
+TEST(TraceWriterRecord, FileSizeLimitStopsRecordingWithoutSigxfsz) {
+  // Past RLIMIT_FSIZE a write raises SIGXFSZ, whose default action ends the process: the
+  // job's, since close() writes from the job's thread. In a child, with the limit just past
+  // the header: the Close record no longer fits.
+  const std::string path = tempPath("fsize.dtrace");
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    TraceWriter w;
+    WriterOptions o;
+    o.path = path;
+    bool reported = false;
+    o.on_error = [](const char* message, void* flag) {
+      *static_cast<bool*>(flag) = std::strstr(message, "File too large") != nullptr;
+    };
+    o.error_context = &reported;
+    TraceInfo info;
+    info.producer = "fsize test";
+    FileHeader h;
+    h.producer = info.producer;
+    rlimit limit{};
+    getrlimit(RLIMIT_FSIZE, &limit);
+    limit.rlim_cur = encodeFileHeader(h, nullptr) + 10;
+    setrlimit(RLIMIT_FSIZE, &limit);
+    if (!w.open(o, info).empty()) _exit(3);
+    // Nothing recorded: the first write after the header is the Close record, from here.
+    const WriterCounts counts = w.close({});
+    _exit(reported && counts.failed ? 0 : 4);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  TraceReader r;
+  EXPECT_EQ(r.open(path), "") << "the header is there and reads";
   unlink(path.c_str());
 }
 

@@ -3,12 +3,13 @@
 // runs the same per-thread code (mlp_kernel_math.h) as the cudasim body does for its t, so both
 // builds compute the same bytes and print the same checksum.
 //
-// Build (not wired into meson yet; no GPU machine builds here):
+// Built by meson when the toolkit has nvcc (tests/workloads/meson.build) into train-mlp-cuda,
+// the same as:
 //   nvcc -std=c++17 -O3 -fmad=false -static-global-template-stub=false -c mlp_kernels.cu
 //   g++ -std=c++20 -O2 -ffp-contract=off -I$CUDA_HOME/include -c train_mlp.cpp -o train_mlp.o
-//   g++ train_mlp.o mlp_kernels.o -L$CUDA_HOME/lib64 -lcudart -o train-mlp
-// (checked with CUDA 13's nvcc: compiles and links; not yet run on a GPU, so the bit-for-bit
-// claim is by construction, unverified.) -static-global-template-stub=false: nvcc 13 makes the
+//   g++ train_mlp.o mlp_kernels.o -L$CUDA_HOME/lib64 -lcudart -o train-mlp-cuda
+// (not yet run on a GPU, so the bit-for-bit claim is by construction, unverified;
+// scripts/gpu-check runs it.) -static-global-template-stub=false: nvcc 13 makes the
 // host stubs of __global__ templates static by default, and train_mlp.cpp links to them.
 // -fmad=false is required: fused multiply-adds would round differently from the CPU build.
 // (-prec-div and -prec-sqrt keep their IEEE defaults; do not add --use_fast_math.)

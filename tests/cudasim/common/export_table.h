@@ -62,6 +62,11 @@ struct ExportTable {
                     const char** holder);
   void (*unsubscribe)();
   void (*setRuntimeOrigin)(RuntimeOrigin origin);
+  // Injected faults (driver/faults.h): the runtime's cudasimSetFaults, and whether CUPTI must
+  // refuse a subscription or the enabling of callbacks.
+  const char* (*setFaults)(const char* spec);
+  bool (*cuptiSubscribeFails)();
+  bool (*cuptiEnableFails)();
 };
 
 }  // namespace cudasim

@@ -4,6 +4,9 @@
 //
 // CUDASIM_CUPTI_HELD_BY="<tool>" makes the slot look taken by another tool (Nsight Systems,
 // compute-sanitizer, ...), so that tests can see what a tool does when it cannot subscribe.
+// The faults cupti-subscribe-fail and cupti-enable-fail (CUDASIM_FAULTS, driver/faults.h)
+// make subscribing, or enabling callbacks, fail with CUPTI_ERROR_NOT_INITIALIZED, as CUPTI
+// does when it cannot attach to the driver.
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -43,6 +46,7 @@ bool isOurs(CUpti_SubscriberHandle subscriber) {
 }
 
 CUptiResult setCallback(bool enable, CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  if (table()->cuptiEnableFails()) return CUPTI_ERROR_NOT_INITIALIZED;
   CallbackState& state = *table()->callbacks;
   if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid < CUPTI_DRIVER_TRACE_CBID_SIZE)
     state.driverEnabled[cbid].store(enable);
@@ -77,6 +81,7 @@ CUptiResult CUPTIAPI cuptiSubscribe_v2(CUpti_SubscriberHandle* subscriber, CUpti
   }
   // Without a driver the real CUPTI fails with CUPTI_ERROR_UNKNOWN (seen with CUDA 13.0).
   if (table() == nullptr) return CUPTI_ERROR_UNKNOWN;
+  if (table()->cuptiSubscribeFails()) return CUPTI_ERROR_NOT_INITIALIZED;
   const char* holder = nullptr;
   if (!table()->subscribe(callback, userdata, name, &holder)) {
     reportHolder(holder);
@@ -110,7 +115,8 @@ CUptiResult CUPTIAPI cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle s
                           : domain == CUPTI_CB_DOMAIN_RUNTIME_API ? CUPTI_RUNTIME_TRACE_CBID_SIZE
                                                                   : 0;
   if (size == 0) return setCallback(enable != 0, domain, 0);
-  for (CUpti_CallbackId cbid = 1; cbid < size; ++cbid) setCallback(enable != 0, domain, cbid);
+  for (CUpti_CallbackId cbid = 1; cbid < size; ++cbid)
+    if (CUptiResult r = setCallback(enable != 0, domain, cbid)) return r;
   return CUPTI_SUCCESS;
 }
 

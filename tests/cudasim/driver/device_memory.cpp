@@ -1,13 +1,17 @@
 #include "device_memory.h"
 
+#include "faults.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 namespace cudasim {
 namespace {
@@ -51,7 +55,18 @@ bool mapFile(uint64_t address, uint64_t bytes, int fd, uint64_t offset, int prot
 int newMemoryFile(const char* name, uint64_t bytes) {
   int fd = memfd_create(name, MFD_CLOEXEC);
   if (fd < 0) die("memfd_create failed");
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) die("ftruncate of device memory failed");
+  // Device memory is a file only because it is simulated: the program's file size limit
+  // (RLIMIT_FSIZE, which would also raise SIGXFSZ) is for files it writes, not for a GPU's
+  // memory. Lift the soft limit while the file is sized (only up to the hard limit).
+  rlimit limit{};
+  const bool lift = getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != limit.rlim_max;
+  if (lift) {
+    const rlimit lifted{limit.rlim_max, limit.rlim_max};
+    setrlimit(RLIMIT_FSIZE, &lifted);
+  }
+  const int sized = ftruncate(fd, static_cast<off_t>(bytes));
+  if (lift) setrlimit(RLIMIT_FSIZE, &limit);
+  if (sized != 0) die("ftruncate of device memory failed");
   return fd;
 }
 
@@ -69,6 +84,12 @@ DeviceMemory::DeviceMemory(uint64_t capacity) : capacity_(capacity), addresses_(
   addresses_ = RangeAllocator(base_, size_);
   poolFd_ = newMemoryFile("cudasim-device-memory", capacity_);
   pool_ = RangeAllocator(0, capacity_);
+}
+
+bool DeviceMemory::fits(uint64_t bytes) const {
+  // What another process holds (an injected fault, faults.h) is not ours to allocate.
+  const uint64_t taken = faults().deviceTaken.load(std::memory_order_relaxed);
+  return taken <= capacity_ && used_ + bytes <= capacity_ - taken;
 }
 
 uint64_t DeviceMemory::used() {
@@ -95,7 +116,7 @@ CUresult DeviceMemory::allocate(uint64_t bytes, CUdeviceptr* out) {
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t physicalBytes = roundUp(bytes, kPageSize);
   std::lock_guard lock(mutex_);
-  if (used_ + physicalBytes > capacity_) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!fits(physicalBytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   auto offset = pool_.allocate(physicalBytes, kPageSize);
   if (!offset) return CUDA_ERROR_OUT_OF_MEMORY;
   // One unmapped page after each allocation turns most overruns into faults.
@@ -114,14 +135,102 @@ CUresult DeviceMemory::allocate(uint64_t bytes, CUdeviceptr* out) {
   return CUDA_SUCCESS;
 }
 
+CUresult DeviceMemory::allocateManaged(uint64_t bytes, CUdeviceptr* out) {
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t mappedBytes = roundUp(bytes, kPageSize);
+  std::lock_guard lock(mutex_);
+  // A guard page after it, as after cuMemAlloc memory.
+  const uint64_t addressBytes = mappedBytes + kPageSize;
+  auto address = addresses_.allocate(addressBytes, kPageSize);
+  if (!address) return CUDA_ERROR_OUT_OF_MEMORY;
+  // Anonymous memory, reserved lazily (MAP_NORESERVE): pages exist once touched, as managed
+  // memory on a GPU is populated on first access.
+  void* p = mmap(reinterpret_cast<void*>(*address), mappedBytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    addresses_.release(*address, addressBytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  regions_[*address] = Region{bytes, addressBytes, RegionKind::kManaged, 0, mappedBytes,
+                              nextSerial_++};
+  *out = *address;
+  return CUDA_SUCCESS;
+}
+
+bool DeviceMemory::isManagedRange(uint64_t address, uint64_t bytes) {
+  if (!inAddressSpace(address, bytes)) return false;
+  std::lock_guard lock(mutex_);
+  auto it = regionContaining(address, bytes);
+  return it != regions_.end() && it->second.kind == RegionKind::kManaged;
+}
+
+std::map<uint64_t, DeviceMemory::Region>::iterator DeviceMemory::managedPages(
+    uint64_t address, uint64_t bytes, uint64_t* firstPage, uint64_t* endPage) {
+  if (bytes == 0 || !inAddressSpace(address, bytes)) return regions_.end();
+  auto it = regionContaining(address, bytes);
+  if (it == regions_.end() || it->second.kind != RegionKind::kManaged) return regions_.end();
+  const uint64_t offset = address - it->first;
+  *firstPage = offset / kPageSize * kPageSize;
+  *endPage = roundUp(offset + bytes, kPageSize);
+  return it;
+}
+
+DeviceMemory::PageValues& DeviceMemory::pageValues(Region& region, RangeAttribute attribute) {
+  switch (attribute) {
+    case RangeAttribute::kReadMostly: return region.readMostly;
+    case RangeAttribute::kPreferredLocation: return region.preferredLocation;
+    case RangeAttribute::kLastPrefetchLocation: break;
+  }
+  return region.lastPrefetchLocation;
+}
+
+CUresult DeviceMemory::setRangeAttribute(uint64_t address, uint64_t bytes,
+                                         RangeAttribute attribute, int value) {
+  std::lock_guard lock(mutex_);
+  uint64_t begin = 0, end = 0;
+  auto it = managedPages(address, bytes, &begin, &end);
+  if (it == regions_.end()) return CUDA_ERROR_INVALID_VALUE;
+  PageValues& values = pageValues(it->second, attribute);
+  // The value in force at `end` carries on after the range; everything inside is replaced.
+  auto after = std::prev(values.upper_bound(end));
+  const int valueAfter = after->second;
+  values.erase(values.lower_bound(begin), values.upper_bound(end));
+  values[begin] = value;
+  if (end < it->second.physicalBytes) values.emplace(end, valueAfter);
+  return CUDA_SUCCESS;
+}
+
+CUresult DeviceMemory::rangeAttribute(uint64_t address, uint64_t bytes, RangeAttribute attribute,
+                                      int* value) {
+  std::lock_guard lock(mutex_);
+  uint64_t begin = 0, end = 0;
+  auto it = managedPages(address, bytes, &begin, &end);
+  if (it == regions_.end()) return CUDA_ERROR_INVALID_VALUE;
+  PageValues& values = pageValues(it->second, attribute);
+  auto entry = std::prev(values.upper_bound(begin));
+  const int first = entry->second;
+  bool uniform = true;
+  for (++entry; entry != values.end() && entry->first < end; ++entry)
+    uniform = uniform && entry->second == first;
+  const int mixed = attribute == RangeAttribute::kReadMostly ? 0 : CU_DEVICE_INVALID;
+  *value = uniform ? first : mixed;
+  return CUDA_SUCCESS;
+}
+
 CUresult DeviceMemory::free(CUdeviceptr address) {
   std::lock_guard lock(mutex_);
   auto it = regions_.find(address);
-  if (it == regions_.end() || it->second.kind != RegionKind::kAllocation)
+  if (it == regions_.end() ||
+      (it->second.kind != RegionKind::kAllocation && it->second.kind != RegionKind::kManaged))
     return CUDA_ERROR_INVALID_VALUE;
   const Region region = it->second;
   regions_.erase(it);
   makeInaccessible(address, region.physicalBytes);
+  if (region.kind == RegionKind::kManaged) {
+    // Its pages were anonymous memory, returned by the remapping above.
+    addresses_.release(address, region.addressBytes);
+    return CUDA_SUCCESS;
+  }
   releasePhysical(Physical{poolFd_, false, false, region.physicalOffset, region.physicalBytes,
                            0});
   addresses_.release(address, region.addressBytes);
@@ -177,8 +286,9 @@ CUresult DeviceMemory::create(uint64_t bytes, uint64_t handleTypes,
   if (bytes == 0 || bytes % kGranularity != 0) return CUDA_ERROR_INVALID_VALUE;
   if (handleTypes & ~uint64_t(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
     return CUDA_ERROR_NOT_SUPPORTED;
+  if (faults().memCreate.fires()) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard lock(mutex_);
-  if (used_ + bytes > capacity_) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!fits(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   Physical physical{poolFd_, false, false, 0, bytes, handleTypes};
   if (handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
     // Exportable memory gets a file of its own, so that what is exported is just it.

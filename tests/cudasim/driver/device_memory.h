@@ -56,13 +56,34 @@ class DeviceMemory {
   CUresult properties(CUmemGenericAllocationHandle handle, CUmemAllocationProp* prop);
   CUresult retainHandle(CUdeviceptr address, CUmemGenericAllocationHandle* out);
 
+  // Managed memory (cuMemAllocManaged). It lies in the device address space like cuMemAlloc
+  // memory, but is always mapped read-write, so the host reaches it through the same pointer as
+  // kernels do. A GPU gets there by migrating pages on fault; cudasim migrates nothing: the bytes
+  // always live in host memory and never count against the device's capacity, so managed memory
+  // can oversubscribe the device as it can on a GPU with concurrent managed access.
+  CUresult allocateManaged(uint64_t bytes, CUdeviceptr* out);
+  // True when [address, address + bytes) lies inside one managed allocation.
+  bool isManagedRange(uint64_t address, uint64_t bytes);
+
+  // What cuMemAdvise and cuMemPrefetchAsync record and cuMemRangeGetAttribute reports, page by
+  // page (the driver rounds ranges out to whole CPU pages). Values are device ordinals,
+  // CU_DEVICE_CPU, or CU_DEVICE_INVALID (none); read-mostly is 0 or 1. The range must lie in
+  // one managed allocation (CUDA_ERROR_INVALID_VALUE otherwise).
+  enum class RangeAttribute { kReadMostly, kPreferredLocation, kLastPrefetchLocation };
+  CUresult setRangeAttribute(uint64_t address, uint64_t bytes, RangeAttribute attribute, int value);
+  // The value every page of the range has; CU_DEVICE_INVALID (0 for read-mostly) when they differ.
+  CUresult rangeAttribute(uint64_t address, uint64_t bytes, RangeAttribute attribute, int* value);
+
   // Legacy IPC, for cuMemAlloc memory only.
   CUresult ipcExport(CUdeviceptr address, CUipcMemHandle* out);
   CUresult ipcOpen(const CUipcMemHandle& handle, CUdeviceptr* out);
   CUresult ipcClose(CUdeviceptr address);
 
  private:
-  enum class RegionKind { kAllocation, kReservation, kImport };
+  enum class RegionKind { kAllocation, kReservation, kImport, kManaged };
+  // One attribute over the pages of a managed allocation, piecewise constant: each entry holds
+  // from its page offset to the next entry's (the first entry is at offset 0).
+  using PageValues = std::map<uint64_t, int>;
   struct Region {
     uint64_t bytes;          // what the program asked for
     uint64_t addressBytes;   // what was taken from the address space (guard page included)
@@ -70,6 +91,9 @@ class DeviceMemory {
     uint64_t physicalOffset; // allocations: where in the physical file
     uint64_t physicalBytes;
     uint64_t serial;
+    PageValues readMostly{{0, 0}};  // managed allocations only, as are the two below
+    PageValues preferredLocation{{0, CU_DEVICE_INVALID}};
+    PageValues lastPrefetchLocation{{0, CU_DEVICE_INVALID}};
   };
   struct Physical {
     int fd;               // the pool file, or a file of its own when it may be exported
@@ -87,6 +111,13 @@ class DeviceMemory {
   };
 
   std::map<uint64_t, Region>::iterator regionContaining(uint64_t address, uint64_t bytes);
+  // True when `bytes` more physical memory can be had (mutex_ held).
+  bool fits(uint64_t bytes) const;
+  // The managed allocation holding [address, address + bytes) and the range's page span within
+  // it, or regions_.end() (also for bytes == 0).
+  std::map<uint64_t, Region>::iterator managedPages(uint64_t address, uint64_t bytes,
+                                                    uint64_t* firstPage, uint64_t* endPage);
+  static PageValues& pageValues(Region& region, RangeAttribute attribute);
   // Physical memory goes when nothing refers to it: no handle and no mapping.
   void freeIfUnused(std::map<CUmemGenericAllocationHandle, Physical>::iterator it);
   void releasePhysical(const Physical& physical);

@@ -23,6 +23,7 @@
 #include "../common/callback_scope.h"
 #include "driver.h"
 #include "fault_handler.h"
+#include "faults.h"
 #include "per_thread_entries.h"
 
 namespace cudasim {
@@ -169,14 +170,30 @@ CUresult copy(const char* call, void* dst, const void* src, size_t bytes, bool d
   REQUIRE(stream(handle, perThread, &target));
   if (bytes == 0) return CUDA_SUCCESS;
 
+  const CopyDirection direction = dstDevice && !srcDevice   ? CopyDirection::kHostToDevice
+                                  : srcDevice && !dstDevice ? CopyDirection::kDeviceToHost
+                                                            : CopyDirection::kOther;
+  if (copyFails(direction)) return CUDA_ERROR_OUT_OF_MEMORY;
+
   WorkItem item;
   item.call = call;
+  item.delayUs = faults().slowCopyUs.load(std::memory_order_relaxed);
   bool wait;
   if (!srcDevice && dstDevice && !the().host.isPinned(src, bytes)) {
-    auto staged = std::make_shared<std::vector<std::byte>>(
-        static_cast<const std::byte*>(src), static_cast<const std::byte*>(src) + bytes);
-    item.run = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
-    wait = !async;
+    // The real driver stages pageable sources through small buffers of its own, allocated
+    // once; cudasim copies the whole source at call time instead. When the host has no memory
+    // for that copy, the real driver would still succeed: copy from the source itself, and
+    // return once that is done (the source may be reused at once, as with staging).
+    std::shared_ptr<std::vector<std::byte>> staged;
+    try {
+      staged = std::make_shared<std::vector<std::byte>>(
+          static_cast<const std::byte*>(src), static_cast<const std::byte*>(src) + bytes);
+      item.run = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
+      wait = !async;
+    } catch (const std::bad_alloc&) {
+      item.run = [dst, src, bytes] { std::memcpy(dst, src, bytes); };
+      wait = true;
+    }
   } else {
     item.run = [dst, src, bytes] { std::memcpy(dst, src, bytes); };
     if (srcDevice && dstDevice)
@@ -331,6 +348,84 @@ CUresult streamGetFlags(CUstream handle, unsigned* flags, bool perThread) {
   return CUDA_SUCCESS;
 }
 
+// A CUmemLocation as cuMemAdvise and cuMemPrefetchAsync take it, as the device ordinal or
+// CU_DEVICE_CPU that cuMemRangeGetAttribute reports. cudasim's host has one NUMA node, 0.
+CUresult locationOrdinal(const CUmemLocation& location, int* ordinal) {
+  switch (location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+      if (location.id < 0 || location.id >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+      *ordinal = location.id;
+      return CUDA_SUCCESS;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+      if (location.id != 0) return CUDA_ERROR_INVALID_VALUE;
+      [[fallthrough]];
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+      *ordinal = CU_DEVICE_CPU;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+// The first versions of cuMemAdvise and cuMemPrefetchAsync name a device or CU_DEVICE_CPU.
+CUmemLocation locationOfDevice(CUdevice device) {
+  CUmemLocation location{};
+  location.type = device == CU_DEVICE_CPU ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
+  location.id = device == CU_DEVICE_CPU ? 0 : device;
+  return location;
+}
+
+CUresult advise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+                const CUmemLocation& location) {
+  REQUIRE(ready());
+  using Attribute = DeviceMemory::RangeAttribute;
+  if (!the().memory.isManagedRange(devPtr, count) || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  int ordinal = CU_DEVICE_INVALID;
+  switch (advice) {
+    case CU_MEM_ADVISE_SET_READ_MOSTLY:
+    case CU_MEM_ADVISE_UNSET_READ_MOSTLY:
+      return the().memory.setRangeAttribute(devPtr, count, Attribute::kReadMostly,
+                                             advice == CU_MEM_ADVISE_SET_READ_MOSTLY);
+    case CU_MEM_ADVISE_SET_PREFERRED_LOCATION:
+      REQUIRE(locationOrdinal(location, &ordinal));
+      return the().memory.setRangeAttribute(devPtr, count, Attribute::kPreferredLocation, ordinal);
+    case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION:
+      return the().memory.setRangeAttribute(devPtr, count, Attribute::kPreferredLocation,
+                                             CU_DEVICE_INVALID);
+    case CU_MEM_ADVISE_SET_ACCESSED_BY:
+    case CU_MEM_ADVISE_UNSET_ACCESSED_BY:
+      // Only mappings would change, and managed memory is mapped for everyone here already.
+      if (location.type != CU_MEM_LOCATION_TYPE_DEVICE && location.type != CU_MEM_LOCATION_TYPE_HOST)
+        return CUDA_ERROR_INVALID_VALUE;
+      return locationOrdinal(location, &ordinal);
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUresult prefetch(const char* call, CUdeviceptr devPtr, size_t count,
+                  const CUmemLocation& location, unsigned flags, CUstream handle, bool perThread) {
+  REQUIRE(ready());
+  if (flags != 0 || count == 0 || !the().memory.isManagedRange(devPtr, count))
+    return CUDA_ERROR_INVALID_VALUE;
+  int ordinal = CU_DEVICE_INVALID;
+  REQUIRE(locationOrdinal(location, &ordinal));
+  std::shared_ptr<Stream> target;
+  REQUIRE(stream(handle, perThread, &target));
+  // The attribute tells what was asked for, not what has happened yet (as documented).
+  REQUIRE(the().memory.setRangeAttribute(devPtr, count,
+                                         DeviceMemory::RangeAttribute::kLastPrefetchLocation,
+                                         ordinal));
+  // Nothing moves (see DeviceMemory::allocateManaged), but a prefetch is work in its stream's
+  // order like any other: later work waits for it, and it waits for earlier work.
+  WorkItem item;
+  item.call = call;
+  item.run = [] {};
+  the().streams.submit(target, std::move(item));
+  return CUDA_SUCCESS;
+}
+
 CUresult validAllocationProp(const CUmemAllocationProp* prop) {
   if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
       prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
@@ -392,9 +487,13 @@ void unsubscribe() {
 
 void setRuntimeOrigin(RuntimeOrigin origin) { tOrigin = origin; }
 
-const ExportTable kExportTable = {sizeof(ExportTable), registerKernel, functionForSymbol,
-                                  &gCallbacks,          subscribe,      unsubscribe,
-                                  setRuntimeOrigin};
+bool cuptiSubscribeFails() { return faults().cuptiSubscribeFail.load(); }
+bool cuptiEnableFails() { return faults().cuptiEnableFail.load(); }
+
+const ExportTable kExportTable = {sizeof(ExportTable), registerKernel,      functionForSymbol,
+                                  &gCallbacks,          subscribe,           unsubscribe,
+                                  setRuntimeOrigin,     setFaults,           cuptiSubscribeFails,
+                                  cuptiEnableFails};
 
 }  // namespace
 
@@ -427,6 +526,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
       gDriverCallbacksFromRuntime.store(
           flagFromEnvironment("CUDASIM_CUPTI_DRIVER_CALLBACKS", true));
       const uint64_t capacity = sizeFromEnvironment("CUDASIM_DEVICE_MEMORY", 4ull << 30);
+      faults();  // a bad CUDASIM_FAULTS ends the process here, at start
       if (gDeviceCount == 0) {
         result = CUDA_ERROR_NO_DEVICE;
         return;
@@ -527,6 +627,8 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevi
       case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *pi = 1; break;
       case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: *pi = 1; break;
       case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *pi = 1; break;
+      case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *pi = 1; break;
+      case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *pi = 1; break;
       default: *pi = 0; break;
     }
     return CUDA_SUCCESS;
@@ -630,7 +732,10 @@ CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
     REQUIRE(ready());
     if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
     *total = the().memory.capacity();
-    *free = *total - the().memory.used();
+    // Memory another process holds (an injected fault) is not free either.
+    const uint64_t unavailable =
+        the().memory.used() + faults().deviceTaken.load(std::memory_order_relaxed);
+    *free = unavailable < *total ? *total - unavailable : 0;
     return CUDA_SUCCESS;
   }, free, total);
 }
@@ -653,6 +758,83 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   }, dptr);
 }
 
+// ---- managed memory ---------------------------------------------------------------------
+
+CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  DRIVER_CALL(cuMemAllocManaged, nullptr, {
+    REQUIRE(ready());
+    if (dptr == nullptr || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+      return CUDA_ERROR_INVALID_VALUE;
+    return the().memory.allocateManaged(bytesize, dptr);
+  }, dptr, bytesize, flags);
+}
+
+CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+                                CUmemLocation location) {
+  DRIVER_CALL(cuMemAdvise_v2, nullptr, { return advise(devPtr, count, advice, location); },
+              devPtr, count, advice, location);
+}
+
+CUresult CUDAAPI cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+                             CUdevice device) {
+  DRIVER_CALL(cuMemAdvise, nullptr, {
+    return advise(devPtr, count, advice, locationOfDevice(device));
+  }, devPtr, count, advice, device);
+}
+
+CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
+                                       unsigned int flags, CUstream hStream) {
+  DRIVER_CALL(cuMemPrefetchAsync_v2, nullptr, {
+    return prefetch("cuMemPrefetchAsync_v2", devPtr, count, location, flags, hStream, kLegacy);
+  }, devPtr, count, location, flags, hStream);
+}
+CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count,
+                                            CUmemLocation location, unsigned int flags,
+                                            CUstream hStream) {
+  DRIVER_CALL(cuMemPrefetchAsync_v2_ptsz, nullptr, {
+    return prefetch("cuMemPrefetchAsync_v2_ptsz", devPtr, count, location, flags, hStream,
+                    kPerThread);
+  }, devPtr, count, location, flags, hStream);
+}
+CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
+                                    CUstream hStream) {
+  DRIVER_CALL(cuMemPrefetchAsync, nullptr, {
+    return prefetch("cuMemPrefetchAsync", devPtr, count, locationOfDevice(dstDevice), 0, hStream,
+                    kLegacy);
+  }, devPtr, count, dstDevice, hStream);
+}
+CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
+                                         CUstream hStream) {
+  DRIVER_CALL(cuMemPrefetchAsync_ptsz, nullptr, {
+    return prefetch("cuMemPrefetchAsync_ptsz", devPtr, count, locationOfDevice(dstDevice), 0,
+                    hStream, kPerThread);
+  }, devPtr, count, dstDevice, hStream);
+}
+
+CUresult CUDAAPI cuMemRangeGetAttribute(void* data, size_t dataSize,
+                                        CUmem_range_attribute attribute, CUdeviceptr devPtr,
+                                        size_t count) {
+  DRIVER_CALL(cuMemRangeGetAttribute, nullptr, {
+    REQUIRE(ready());
+    using Attribute = DeviceMemory::RangeAttribute;
+    Attribute which;
+    switch (attribute) {
+      case CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY: which = Attribute::kReadMostly; break;
+      case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION: which = Attribute::kPreferredLocation; break;
+      case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION:
+        which = Attribute::kLastPrefetchLocation;
+        break;
+      default:
+        return CUDA_ERROR_NOT_SUPPORTED;  // cudasim answers the three above only
+    }
+    if (data == nullptr || dataSize != 4) return CUDA_ERROR_INVALID_VALUE;
+    int value = 0;
+    REQUIRE(the().memory.rangeAttribute(devPtr, count, which, &value));
+    std::memcpy(data, &value, sizeof value);
+    return CUDA_SUCCESS;
+  }, data, dataSize, attribute, devPtr, count);
+}
+
 CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
   DRIVER_CALL(cuMemGetAddressRange_v2, nullptr, {
     REQUIRE(ready());
@@ -668,6 +850,9 @@ CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute
     const bool pinned = !device && the().host.isPinned(reinterpret_cast<void*>(ptr), 1);
     if (!device && !pinned) return CUDA_ERROR_INVALID_VALUE;
     switch (attribute) {
+      case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *static_cast<bool*>(data) = device && the().memory.isManagedRange(ptr, 1);
+        return CUDA_SUCCESS;
       case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         *static_cast<unsigned*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
         return CUDA_SUCCESS;

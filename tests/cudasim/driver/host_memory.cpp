@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include "faults.h"
+
 namespace cudasim {
 
 CUresult HostMemory::allocate(size_t bytes, void** out) {
@@ -10,10 +12,13 @@ CUresult HostMemory::allocate(size_t bytes, void** out) {
     *out = nullptr;
     return CUDA_SUCCESS;
   }
+  if (faults().hostAlloc.fires()) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard lock(mutex_);
+  if (!withinPinnedLimit(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
-  std::lock_guard lock(mutex_);
   ranges_[reinterpret_cast<uintptr_t>(p)] = Range{bytes, true};
+  pinnedBytes_ += bytes;
   *out = p;
   return CUDA_SUCCESS;
 }
@@ -24,6 +29,7 @@ CUresult HostMemory::free(void* pointer) {
   auto it = ranges_.find(reinterpret_cast<uintptr_t>(pointer));
   if (it == ranges_.end() || !it->second.allocated) return CUDA_ERROR_INVALID_VALUE;
   munmap(pointer, it->second.bytes);
+  pinnedBytes_ -= it->second.bytes;
   ranges_.erase(it);
   return CUDA_SUCCESS;
 }
@@ -37,7 +43,9 @@ CUresult HostMemory::registerRange(void* pointer, size_t bytes) {
     return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   if (next != ranges_.begin() && std::prev(next)->first + std::prev(next)->second.bytes > start)
     return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  if (!withinPinnedLimit(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   ranges_[start] = Range{bytes, false};
+  pinnedBytes_ += bytes;
   return CUDA_SUCCESS;
 }
 
@@ -45,8 +53,15 @@ CUresult HostMemory::unregisterRange(void* pointer) {
   std::lock_guard lock(mutex_);
   auto it = ranges_.find(reinterpret_cast<uintptr_t>(pointer));
   if (it == ranges_.end() || it->second.allocated) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  pinnedBytes_ -= it->second.bytes;
   ranges_.erase(it);
   return CUDA_SUCCESS;
+}
+
+bool HostMemory::withinPinnedLimit(size_t bytes) const {
+  // The system's limit on locked memory (an injected fault, faults.h); 0: none.
+  const uint64_t limit = faults().pinnedLimit.load(std::memory_order_relaxed);
+  return limit == 0 || (bytes <= limit && pinnedBytes_ <= limit - bytes);
 }
 
 bool HostMemory::isPinned(const void* pointer, size_t bytes) {

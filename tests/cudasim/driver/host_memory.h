@@ -25,8 +25,12 @@ class HostMemory {
     size_t bytes;
     bool allocated;  // by us (cuMemHostAlloc), as opposed to registered
   };
+  // True when `bytes` more may be pinned (mutex_ held).
+  bool withinPinnedLimit(size_t bytes) const;
+
   std::mutex mutex_;
   std::map<uintptr_t, Range> ranges_;
+  uint64_t pinnedBytes_ = 0;  // allocated and registered
 };
 
 }  // namespace cudasim

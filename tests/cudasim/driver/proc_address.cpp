@@ -17,6 +17,13 @@
 #undef cuGetProcAddress
 extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
                                              cuuint64_t flags);
+// Likewise cuMemAdvise and cuMemPrefetchAsync, whose first versions took a device (before 12.2).
+#undef cuMemAdvise
+#undef cuMemPrefetchAsync
+extern "C" CUresult CUDAAPI cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+                                        CUdevice device);
+extern "C" CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count,
+                                               CUdevice dstDevice, CUstream stream);
 
 namespace cudasim {
 namespace {
@@ -76,6 +83,13 @@ const Entry kEntries[] = {
     ENTRY_SINCE(cuMemImportFromShareableHandle, 10020, cuMemImportFromShareableHandle),
     ENTRY_SINCE(cuMemGetAllocationPropertiesFromHandle, 10020, cuMemGetAllocationPropertiesFromHandle),
     ENTRY_SINCE(cuMemRetainAllocationHandle, 11000, cuMemRetainAllocationHandle),
+    ENTRY_SINCE(cuMemAllocManaged, 6000, cuMemAllocManaged),
+    // The signatures changed in 12.2 (a CUmemLocation instead of a device).
+    ENTRY_SINCE(cuMemAdvise, 8000, cuMemAdvise),
+    ENTRY_SINCE(cuMemAdvise, 12020, cuMemAdvise_v2),
+    {"cuMemPrefetchAsync", 8000, reinterpret_cast<void*>(&cuMemPrefetchAsync), reinterpret_cast<void*>(&cuMemPrefetchAsync_ptsz)},
+    {"cuMemPrefetchAsync", 12020, reinterpret_cast<void*>(&cuMemPrefetchAsync_v2), reinterpret_cast<void*>(&cuMemPrefetchAsync_v2_ptsz)},
+    ENTRY_SINCE(cuMemRangeGetAttribute, 8000, cuMemRangeGetAttribute),
     ENTRY(cuMemHostAlloc, cuMemHostAlloc),
     ENTRY(cuMemAllocHost, cuMemAllocHost_v2),
     ENTRY(cuMemFreeHost, cuMemFreeHost),

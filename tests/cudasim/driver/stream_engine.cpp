@@ -1,6 +1,9 @@
 #include "stream_engine.h"
 
 #include <chrono>
+#include <system_error>
+
+#include "faults.h"
 
 namespace cudasim {
 namespace {
@@ -13,9 +16,14 @@ int64_t nowNs() {
 
 }  // namespace
 
-void Stream::start() {
+bool Stream::start() {
   // The worker keeps the stream alive until it has drained after retire().
-  std::thread([self = shared_from_this()] { self->work(); }).detach();
+  try {
+    std::thread([self = shared_from_this()] { self->work(); }).detach();
+  } catch (const std::system_error&) {
+    return false;  // no memory for its stack: the real driver answers out-of-memory
+  }
+  return true;
 }
 
 uint64_t Stream::submit(WorkItem item) {
@@ -57,6 +65,8 @@ void Stream::work() {
       queue_.pop_front();
     }
     if (item.after) item.after->waitUntil(item.afterPosition);
+    if (item.run && item.delayUs > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(item.delayUs));
     if (item.run) {
       WorkLabel label{item.call, item.kernel, id_};
       setCurrentWork(&label);
@@ -70,7 +80,10 @@ void Stream::work() {
   }
 }
 
-StreamEngine::StreamEngine() { legacy_ = newStream(0, true); }
+StreamEngine::StreamEngine() {
+  legacy_ = newStream(0, true);
+  if (!legacy_) throw std::bad_alloc();  // cuInit cannot go on without its default stream
+}
 
 std::shared_ptr<Stream> StreamEngine::newStream(unsigned flags, bool legacy) {
   std::shared_ptr<Stream> stream;
@@ -79,8 +92,10 @@ std::shared_ptr<Stream> StreamEngine::newStream(unsigned flags, bool legacy) {
     stream = std::make_shared<Stream>(nextStreamId_++, flags, legacy);
     all_.push_back(stream);
   }
-  stream->start();
-  return stream;
+  if (stream->start()) return stream;
+  std::lock_guard lock(mutex_);
+  std::erase(all_, stream);
+  return nullptr;
 }
 
 std::shared_ptr<Stream> StreamEngine::perThreadStream() {
@@ -93,14 +108,14 @@ std::shared_ptr<Stream> StreamEngine::perThreadStream() {
   };
   thread_local Holder holder;
   if (!holder.stream) holder.stream = newStream(0, false);
-  return holder.stream;
+  return holder.stream;  // nullptr when its worker could not be started
 }
 
 CUresult StreamEngine::resolve(CUstream handle, bool perThreadDefault,
                                std::shared_ptr<Stream>* out) {
   if (handle == CU_STREAM_PER_THREAD || (handle == nullptr && perThreadDefault)) {
     *out = perThreadStream();
-    return CUDA_SUCCESS;
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
   }
   if (handle == nullptr || handle == CU_STREAM_LEGACY) {
     *out = legacy_;
@@ -116,6 +131,7 @@ CUresult StreamEngine::resolve(CUstream handle, bool perThreadDefault,
 CUresult StreamEngine::create(unsigned flags, CUstream* out) {
   if (flags & ~unsigned(CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
   auto stream = newStream(flags, false);
+  if (!stream) return CUDA_ERROR_OUT_OF_MEMORY;
   // The handle is an opaque pointer-sized value; the Stream's address serves.
   auto handle = reinterpret_cast<CUstream>(stream.get());
   std::lock_guard lock(mutex_);
@@ -139,6 +155,7 @@ CUresult StreamEngine::destroy(CUstream handle) {
 }
 
 uint64_t StreamEngine::submit(const std::shared_ptr<Stream>& stream, WorkItem item) {
+  if (item.run) item.delayUs += faults().slowStreamUs.load(std::memory_order_relaxed);
   if (stream->legacy()) {
     std::vector<std::pair<std::shared_ptr<Stream>, uint64_t>> earlier;
     {

@@ -37,13 +37,15 @@ struct WorkItem {
   const char* kernel = nullptr;
   std::shared_ptr<Stream> after;  // when set: first wait until `after` has reached afterPosition
   uint64_t afterPosition = 0;
+  uint32_t delayUs = 0;  // injected slowness (faults.h): the worker waits this long first
 };
 
 class Stream : public std::enable_shared_from_this<Stream> {
  public:
   Stream(uint64_t id, unsigned flags, bool legacy) : id_(id), flags_(flags), legacy_(legacy) {}
 
-  void start();
+  // Starts the worker thread; false when the system cannot give one (out of memory).
+  bool start();
   // Queues the item; returns its position (1, 2, ...). reached(position) once it has run.
   uint64_t submit(WorkItem item);
   uint64_t lastSubmitted();
@@ -107,6 +109,7 @@ class StreamEngine {
   CUresult waitEvent(const std::shared_ptr<Stream>& stream, CUevent handle);
 
  private:
+  // nullptr when no worker thread can be started.
   std::shared_ptr<Stream> newStream(unsigned flags, bool legacy);
   std::shared_ptr<Stream> perThreadStream();
   std::shared_ptr<Event> findEvent(CUevent handle);

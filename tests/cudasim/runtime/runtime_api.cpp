@@ -284,6 +284,12 @@ void cudasimRegisterKernel(const void* symbol, const char* name,
   gTable->registerKernel(symbol, name, body, paramCount, paramSizes);
 }
 
+const char* cudasimSetFaults(const char* spec) {
+  std::call_once(gInitOnce, initialise);
+  if (gTable == nullptr) return "the cudasim driver could not be loaded";
+  return gTable->setFaults(spec);
+}
+
 // ---- errors and versions --------------------------------------------------------------
 
 cudaError_t CUDARTAPI cudaGetLastError(void) {

@@ -35,6 +35,26 @@ void cudasimRegisterKernel(const void* symbol, const char* name,
                            void (*body)(void** params, dim3 grid, dim3 block),
                            int paramCount, const size_t* paramSizes);
 
+/* Test hook: replaces the faults cudasim injects (CUDASIM_FAULTS, at start) with `spec`, in
+ * the same syntax ("" or NULL: none), and restarts their counters. Lets a program fail only
+ * what comes after its own set-up, e.g. cudasimSetFaults("hostalloc-fail-after=0").
+ * The faults:
+ *   memcreate-fail-after=N[:K]  cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (the device is full)
+ *   device-taken=SIZE           SIZE bytes of the device are held by another process
+ *   copy-fail-after=N[:K]       copies: CUDA_ERROR_OUT_OF_MEMORY (any direction,
+ *   htod-fail-after=N[:K]       host to device, device to host)
+ *   dtoh-fail-after=N[:K]
+ *   slow-stream-us=U            every item of work on every stream starts U us late
+ *   slow-copy-us=U              every copy runs U us late
+ *   hostalloc-fail-after=N[:K]  cuMemHostAlloc/cuMemAllocHost: CUDA_ERROR_OUT_OF_MEMORY
+ *   pinned-limit=SIZE           pinned host memory (allocated + registered) at most SIZE
+ *   cupti-subscribe-fail        cuptiSubscribe: CUPTI_ERROR_NOT_INITIALIZED
+ *   cupti-enable-fail           cuptiEnableCallback/Domain: CUPTI_ERROR_NOT_INITIALIZED
+ * "-fail-after=N[:K]": the calls after the first N fail, K of them (without ":K", all).
+ * SIZE: bytes with an optional K, M, G or T (powers of 1024). Details: driver/faults.h.
+ * Returns NULL, or why `spec` is not valid (the faults in force are then unchanged). */
+const char* cudasimSetFaults(const char* spec);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
