@@ -432,20 +432,31 @@ void* replacementFor(std::string_view name) {
 
 // The CUDA runtime opens libcuda.so.1 and looks its entry points up with dlsym on that
 // handle, which never finds an LD_PRELOAD library's definitions: so dlsym itself is wrapped.
-// Lookups with RTLD_DEFAULT/RTLD_NEXT already find ours by symbol order and pass through.
-// (A caller's own RTLD_NEXT lookup is resolved relative to libdelta.so; for the names a
-// program looks up that way this gives the same answer. Not so for a sanitizer runtime loaded
-// after libdelta.so, which would get its own interceptors back: sanitizer-built programs do
-// not run under the shim; see docs/shim.md.)
-DELTA_EXPORT void* dlsym(void* handle, const char* symbol) {
+// Lookups with RTLD_DEFAULT/RTLD_NEXT, and of names the shim does not manage, go to glibc's
+// dlsym unchanged. On x86-64 the exported dlsym is the entry in dlsym_entry.S, which jumps to
+// glibc's with the caller's return address, so RTLD_NEXT is the caller's next object, as
+// without the shim (sanitizer runtimes rely on that). Elsewhere the C++ dlsym below calls it,
+// and RTLD_NEXT is resolved relative to libdelta.so (see docs/shim.md).
+
+// What dlsym does: answer `answer`, or, if next is set, tail-call next(handle, symbol).
+struct DlsymDecision {
+  void* answer;
+  void* next;
+};
+
+// Cheapest first, no thread-local access, no allocation and no sanitizer instrumentation
+// before it is needed: sanitizer runtimes call dlsym(RTLD_NEXT, ...) while they initialise,
+// before constructors run, when even __tls_get_addr is not ready.
+extern "C" __attribute__((visibility("hidden"), no_sanitize("address", "undefined", "thread")))
+DlsymDecision delta_dlsymDecide(void* handle, const char* symbol) {
   DlsymFunction real = realDlsym();
-  if (real == nullptr) return nullptr;  // glibc's dlsym not found: nothing we can answer
-  void* found = real(handle, symbol);
-  // Cheapest first, and no thread-local access before it is needed: sanitizer runtimes call
-  // dlsym(RTLD_NEXT, ...) while they initialise, when even __tls_get_addr is not ready.
-  if (found == nullptr || handle == RTLD_DEFAULT || handle == RTLD_NEXT ||
+  if (real == nullptr) return {nullptr, nullptr};  // glibc's dlsym not found: nothing to answer
+  const DlsymDecision passThrough{nullptr, reinterpret_cast<void*>(real)};
+  if (handle == RTLD_DEFAULT || handle == RTLD_NEXT || symbol == nullptr ||
       !isManagedDriverSymbol(symbol) || insideShim() || Shim::instance().disabled())
-    return found;
+    return passThrough;
+  void* found = real(handle, symbol);  // an explicit handle: the caller does not matter
+  if (found == nullptr) return {nullptr, nullptr};
   std::string_view name = symbol;
   InterceptedDriver& intercepted = interceptedDriver();
   if (name == "cuMemAlloc_v2")
@@ -469,5 +480,14 @@ DELTA_EXPORT void* dlsym(void* handle, const char* symbol) {
   else if (name == "cuIpcCloseMemHandle")
     intercepted.cuIpcCloseMemHandle =
         reinterpret_cast<decltype(intercepted.cuIpcCloseMemHandle)>(found);
-  return replacementFor(name);
+  return {replacementFor(name), nullptr};
 }
+
+#if !(defined(__x86_64__) && defined(__linux__))
+// No assembly entry for this architecture: RTLD_NEXT is answered relative to libdelta.so.
+DELTA_EXPORT void* dlsym(void* handle, const char* symbol) {
+  const DlsymDecision decision = delta_dlsymDecide(handle, symbol);
+  if (decision.next == nullptr) return decision.answer;
+  return reinterpret_cast<DlsymFunction>(decision.next)(handle, symbol);
+}
+#endif

@@ -6,13 +6,20 @@
 
 namespace delta::shim {
 
-DlsymFunction realDlsym() {
-  static DlsymFunction function = [] {
-    // glibc 2.34 moved dlsym into libc with a new version; older ones have GLIBC_2.2.5.
-    void* found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (found == nullptr) found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-    return reinterpret_cast<DlsymFunction>(found);
-  }();
+namespace {
+
+// Not instrumented: dlsym's entry calls this while a sanitizer runtime initialises.
+__attribute__((no_sanitize("address", "undefined", "thread"))) DlsymFunction findRealDlsym() {
+  // glibc 2.34 moved dlsym into libc with a new version; older ones have GLIBC_2.2.5.
+  void* found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+  if (found == nullptr) found = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  return reinterpret_cast<DlsymFunction>(found);
+}
+
+}  // namespace
+
+__attribute__((no_sanitize("address", "undefined", "thread"))) DlsymFunction realDlsym() {
+  static DlsymFunction function = findRealDlsym();
   return function;
 }
 
