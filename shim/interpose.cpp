@@ -26,17 +26,34 @@ namespace {
 
 __attribute__((constructor)) void loadLibrary() { Shim::instance().configure(); }
 
-// The real function `name` after libdelta.so, for calls that reach us by symbol.
+// The real function `name` after libdelta.so, for calls that reach us by symbol. Threads may
+// race to fill the cache (they find the same answer): atomic accesses, relaxed, make that
+// race defined (ThreadSanitizer found it).
+// Slots for the real functions behind the replacements: filled by whichever thread looks a
+// name up first (dlsym, cuGetProcAddress), read by every call.
+template <class F>
+F loadSlot(F& slot) {
+  return __atomic_load_n(&slot, __ATOMIC_RELAXED);
+}
+template <class F>
+void storeSlot(F& slot, void* function) {
+  __atomic_store_n(&slot, reinterpret_cast<F>(function), __ATOMIC_RELAXED);
+}
+
 template <class F>
 F nextFunction(F& cache, const char* name) {
-  if (cache == nullptr) cache = reinterpret_cast<F>(realDlsym()(RTLD_NEXT, name));
-  return cache;
+  F function = __atomic_load_n(&cache, __ATOMIC_RELAXED);
+  if (function == nullptr) {
+    function = reinterpret_cast<F>(realDlsym()(RTLD_NEXT, name));
+    __atomic_store_n(&cache, function, __ATOMIC_RELAXED);
+  }
+  return function;
 }
 
 // The real driver function behind a replacement: the one we intercepted (dlsym or
 // cuGetProcAddress), else the driver's own, else the next definition by symbol.
 #define REAL_DRIVER(name)                                                              \
-  (interceptedDriver().name ? interceptedDriver().name                                 \
+  (loadSlot(interceptedDriver().name) ? loadSlot(interceptedDriver().name)             \
    : Shim::instance().driver().name ? Shim::instance().driver().name                   \
                                      : nextFunction(interceptedDriver().name, #name))
 
@@ -205,8 +222,8 @@ DELTA_EXPORT cudaError_t cudaIpcCloseMemHandle(void* devPtr) {
 }
 
 DELTA_EXPORT CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
-  auto real = interceptedDriver().cuIpcGetMemHandle
-                  ? interceptedDriver().cuIpcGetMemHandle
+  auto real = loadSlot(interceptedDriver().cuIpcGetMemHandle)
+                  ? loadSlot(interceptedDriver().cuIpcGetMemHandle)
                   : nextFunction(gRealCuIpcGet, "cuIpcGetMemHandle");
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (Residency* residency = managingFree(); residency && pHandle) {
@@ -354,26 +371,26 @@ CUresult answerProcAddress(CUresult result, const char* symbol, void** pfn, cuui
   std::string_view base = symbol;
   InterceptedDriver& real = interceptedDriver();
   if (base == "cuMemAlloc") {
-    real.cuMemAlloc_v2 = reinterpret_cast<decltype(real.cuMemAlloc_v2)>(*pfn);
+    storeSlot(real.cuMemAlloc_v2, *pfn);
     *pfn = replacementFor("cuMemAlloc_v2");
   } else if (base == "cuMemFree") {
-    real.cuMemFree_v2 = reinterpret_cast<decltype(real.cuMemFree_v2)>(*pfn);
+    storeSlot(real.cuMemFree_v2, *pfn);
     *pfn = replacementFor("cuMemFree_v2");
   } else if (base == "cuMemGetInfo") {
-    real.cuMemGetInfo_v2 = reinterpret_cast<decltype(real.cuMemGetInfo_v2)>(*pfn);
+    storeSlot(real.cuMemGetInfo_v2, *pfn);
     *pfn = replacementFor("cuMemGetInfo_v2");
   } else if (base == "cuIpcGetMemHandle") {
-    real.cuIpcGetMemHandle = reinterpret_cast<decltype(real.cuIpcGetMemHandle)>(*pfn);
+    storeSlot(real.cuIpcGetMemHandle, *pfn);
     *pfn = replacementFor("cuIpcGetMemHandle");
   } else if (base == "cuIpcOpenMemHandle") {
-    real.cuIpcOpenMemHandle_v2 = reinterpret_cast<decltype(real.cuIpcOpenMemHandle_v2)>(*pfn);
+    storeSlot(real.cuIpcOpenMemHandle_v2, *pfn);
     *pfn = replacementFor("cuIpcOpenMemHandle_v2");
   } else if (base == "cuIpcCloseMemHandle") {
-    real.cuIpcCloseMemHandle = reinterpret_cast<decltype(real.cuIpcCloseMemHandle)>(*pfn);
+    storeSlot(real.cuIpcCloseMemHandle, *pfn);
     *pfn = replacementFor("cuIpcCloseMemHandle");
   } else if (base == "cuLaunchKernel" && !(flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) {
     // (The per-thread variant is left to CUPTI alone: strict mode does not cover it.)
-    real.cuLaunchKernel = reinterpret_cast<decltype(real.cuLaunchKernel)>(*pfn);
+    storeSlot(real.cuLaunchKernel, *pfn);
     *pfn = replacementFor("cuLaunchKernel");
   }
   return result;
@@ -385,8 +402,8 @@ CUresult answerProcAddress(CUresult result, const char* symbol, void** pfn, cuui
 DELTA_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
                                                  cuuint64_t flags,
                                                  CUdriverProcAddressQueryResult* symbolStatus) {
-  auto real = interceptedDriver().cuGetProcAddress_v2
-                  ? interceptedDriver().cuGetProcAddress_v2
+  auto real = loadSlot(interceptedDriver().cuGetProcAddress_v2)
+                  ? loadSlot(interceptedDriver().cuGetProcAddress_v2)
                   : nextFunction(interceptedDriver().cuGetProcAddress_v2, "cuGetProcAddress_v2");
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult result = real(symbol, pfn, cudaVersion, flags, symbolStatus);
@@ -460,26 +477,23 @@ DlsymDecision delta_dlsymDecide(void* handle, const char* symbol) {
   std::string_view name = symbol;
   InterceptedDriver& intercepted = interceptedDriver();
   if (name == "cuMemAlloc_v2")
-    intercepted.cuMemAlloc_v2 = reinterpret_cast<decltype(intercepted.cuMemAlloc_v2)>(found);
+    storeSlot(intercepted.cuMemAlloc_v2, found);
   else if (name == "cuMemFree_v2")
-    intercepted.cuMemFree_v2 = reinterpret_cast<decltype(intercepted.cuMemFree_v2)>(found);
+    storeSlot(intercepted.cuMemFree_v2, found);
   else if (name == "cuMemGetInfo_v2")
-    intercepted.cuMemGetInfo_v2 = reinterpret_cast<decltype(intercepted.cuMemGetInfo_v2)>(found);
+    storeSlot(intercepted.cuMemGetInfo_v2, found);
   else if (name == "cuGetProcAddress_v2")
-    intercepted.cuGetProcAddress_v2 =
-        reinterpret_cast<decltype(intercepted.cuGetProcAddress_v2)>(found);
+    storeSlot(intercepted.cuGetProcAddress_v2, found);
   else if (name == "cuGetProcAddress")
-    gRealGetProcAddressV1 = reinterpret_cast<GetProcAddressV1>(found);
+    storeSlot(gRealGetProcAddressV1, found);
   else if (name == "cuLaunchKernel")
-    intercepted.cuLaunchKernel = reinterpret_cast<decltype(intercepted.cuLaunchKernel)>(found);
+    storeSlot(intercepted.cuLaunchKernel, found);
   else if (name == "cuIpcGetMemHandle")
-    intercepted.cuIpcGetMemHandle = reinterpret_cast<decltype(intercepted.cuIpcGetMemHandle)>(found);
+    storeSlot(intercepted.cuIpcGetMemHandle, found);
   else if (name == "cuIpcOpenMemHandle_v2")
-    intercepted.cuIpcOpenMemHandle_v2 =
-        reinterpret_cast<decltype(intercepted.cuIpcOpenMemHandle_v2)>(found);
+    storeSlot(intercepted.cuIpcOpenMemHandle_v2, found);
   else if (name == "cuIpcCloseMemHandle")
-    intercepted.cuIpcCloseMemHandle =
-        reinterpret_cast<decltype(intercepted.cuIpcCloseMemHandle)>(found);
+    storeSlot(intercepted.cuIpcCloseMemHandle, found);
   return {replacementFor(name), nullptr};
 }
 

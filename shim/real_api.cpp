@@ -19,7 +19,16 @@ __attribute__((no_sanitize("address", "undefined", "thread"))) DlsymFunction fin
 }  // namespace
 
 __attribute__((no_sanitize("address", "undefined", "thread"))) DlsymFunction realDlsym() {
-  static DlsymFunction function = findRealDlsym();
+  // Neither a function-local static with a dynamic initialiser (its guard, __cxa_guard_*, is
+  // intercepted by ThreadSanitizer, which calls this before it is initialised) nor std::atomic
+  // (its member functions are instrumented): a plain pointer read and written with the
+  // compiler's atomic builtins. Two threads racing here find the same answer.
+  static constinit DlsymFunction cached = nullptr;
+  DlsymFunction function = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (function == nullptr) {
+    function = findRealDlsym();
+    __atomic_store_n(&cached, function, __ATOMIC_RELAXED);
+  }
   return function;
 }
 
