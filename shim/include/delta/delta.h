@@ -79,17 +79,20 @@ int delta_unpin(const void* ptr);
  * It must not free managed buffers or block on other threads' CUDA work. A non-zero return means
  * it could not: the touching call then fails with a CUDA error (cudaErrorUnknown /
  * CUDA_ERROR_UNKNOWN), the buffer stays dropped, and nothing else changes. Calls are
- * serialised: at most one thread runs recompute callbacks at a time. */
+ * serialised: at most one thread runs recompute callbacks at a time.
+ * Only calls the shim interposes can fail this way (cudaLaunchKernel, cuLaunchKernel); work it
+ * sees only through CUPTI (copies, memsets, other launch entry points) still gets the callback,
+ * but after a failure it would run against unmapped memory and fault: docs/recompute.md. */
 typedef int (*delta_recompute_fn)(void* ctx, void* ptr, size_t bytes, void* stream);
 
 int delta_register_recompute(const void* ptr, uint64_t cost_ns, delta_recompute_fn fn, void* ctx);
 
 /* Framework-managed mode: the shim may drop the buffer and say so (delta_is_dropped, and the
  * notifier below); the framework promises to regenerate it before any use, between
- * delta_begin_recompute and delta_recomputed. A launch, copy or memset that touches a dropped
- * buffer otherwise is a framework bug: the shim fails that call with a CUDA error
- * (cudaErrorUnknown) and one line naming the buffer and the kernel, rather than let it run on
- * lost contents. */
+ * delta_begin_recompute and delta_recomputed. A launch that touches a dropped buffer otherwise
+ * is a framework bug: the shim fails that call with a CUDA error (cudaErrorUnknown) and one line
+ * naming the buffer and the kernel, rather than let it run on lost contents (the same limit as
+ * above: a copy or memset seen only through CUPTI gets the line, then faults). */
 int delta_register_framework_managed(const void* ptr, uint64_t cost_ns);
 
 /* The buffer is no longer recomputable: from now on it is only ever swapped. A buffer already
