@@ -285,4 +285,16 @@ std::vector<std::string> traceFiles(const std::string& dir) {
   return files;
 }
 
+std::vector<std::string> faultJob(std::vector<std::string> extra) {
+  std::vector<std::string> argv = {programs().faultJob, "--buffers", "10", "--mib", "4",
+                                   "--rounds", "3"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+const Outcome& plainFaultJob() {
+  static const Outcome outcome = run(faultJob());
+  return outcome;
+}
+
 }  // namespace delta::faults

@@ -58,6 +58,11 @@ struct Outcome {
 // Runs argv[0] (a path) with `options` and waits for it.
 Outcome run(const std::vector<std::string>& argv, const RunOptions& options = {});
 
+// fault-job with 10 buffers of 4 MiB, every one touched each round (a 16 MiB budget holds
+// four), plus `extra`; and its outcome without the shim or any fault, run once.
+std::vector<std::string> faultJob(std::vector<std::string> extra = {});
+const Outcome& plainFaultJob();
+
 // A child process whose stdout is read as it is written.
 class LiveProcess {
  public:

@@ -17,19 +17,6 @@
 namespace delta::faults {
 namespace {
 
-// 10 buffers of 4 MiB, every one touched each round: a 16 MiB budget holds four.
-std::vector<std::string> faultJob(std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {programs().faultJob, "--buffers", "10", "--mib", "4",
-                                   "--rounds", "3"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return argv;
-}
-
-const Outcome& plainFaultJob() {
-  static const Outcome outcome = run(faultJob());
-  return outcome;
-}
-
 std::vector<std::string> trainMlp() {
   return {programs().trainMlp, "--peak", "64M", "--iters", "2", "--seed", "7"};
 }

@@ -14,18 +14,6 @@
 namespace delta::faults {
 namespace {
 
-std::vector<std::string> faultJob(std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {programs().faultJob, "--buffers", "10", "--mib", "4",
-                                   "--rounds", "3"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return argv;
-}
-
-const Outcome& plainFaultJob() {
-  static const Outcome outcome = run(faultJob());
-  return outcome;
-}
-
 size_t occurrences(const std::string& text, const std::string& what) {
   size_t count = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++count;
