@@ -1,6 +1,7 @@
 // Benchmarks: the policy's hot-path call (choose victims among 1k and 100k resident buffers:
-// sizes and costs alike, or spread over every size/cost bucket; plus onLaunch) and the simulator's speed on a synthetic training iteration and, when
-// ../shared is present, on a real DTR trace (skipped with a message otherwise).
+// sizes and costs alike, or spread over every size/cost bucket; plus onLaunch), delta's planning
+// step, and the simulator's speed on a synthetic training iteration and, when ../shared is
+// present, on a real DTR trace (skipped with a message otherwise).
 #include <benchmark/benchmark.h>
 
 #include <array>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "policy/dtr_log_reader.h"
+#include "policy/planner.h"
 #include "policy/policy_factory.h"
 #include "policy/simulator.h"
 
@@ -142,6 +144,15 @@ void BM_SimulateDtrTrace(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(r.workload.ops.size()) * 3);
 }
 
+// Delta's planning step (planner.h): the learned iteration replayed under its three modes,
+// once per newly learned iteration. Per plan, for iterations of 2 x layers launches.
+void BM_Plan(benchmark::State& state) {
+  const Workload w = synthetic(static_cast<int>(state.range(0)));
+  const CostModel costs(12.0, 12.0);
+  for (auto _ : state) benchmark::DoNotOptimize(Planner::choose(w, w.peakBytes() / 2, costs));
+  state.SetLabel(std::to_string(w.ops.size()) + " launches");
+}
+
 BENCHMARK_CAPTURE(BM_ChooseVictims, delta, "delta")->Arg(1000)->Arg(100000);
 BENCHMARK_CAPTURE(BM_ChooseVictims, lru, "lru")->Arg(1000)->Arg(100000);
 BENCHMARK_CAPTURE(BM_ChooseVictims, dtr, "dtr")->Arg(1000)->Arg(100000);
@@ -151,6 +162,7 @@ BENCHMARK(BM_OnLaunch);
 BENCHMARK_CAPTURE(BM_SimulateSynthetic, delta, "delta")->Arg(100)->Arg(1000);
 BENCHMARK_CAPTURE(BM_SimulateSynthetic, belady, "belady")->Arg(100);
 BENCHMARK(BM_SimulateDtrTrace);
+BENCHMARK(BM_Plan)->Arg(100)->Arg(1000)->Arg(5000)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace delta::policy

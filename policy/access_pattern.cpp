@@ -27,7 +27,7 @@ void AccessPattern::onIteration(std::int64_t now_ns) {
 
 void AccessPattern::boundary(std::int64_t now_ns) {
   if (started_ && position_ > 0) {
-    const bool repeat = learned_->ready() && recording_->length() == learned_->length() &&
+    const bool repeat = !relearn_next_ && learned_->ready() && recording_->length() == learned_->length() &&
                         recording_hash_ == learned_hash_;
     if (!repeat) {
       recording_->finish(now_ns - iteration_start_ns_);
@@ -38,6 +38,7 @@ void AccessPattern::boundary(std::int64_t now_ns) {
       }
     }
   }
+  if (started_ && position_ > 0) relearn_next_ = false;
   recording_->clear();
   recording_hash_ = 0;
   started_ = true;

@@ -32,6 +32,9 @@ class AccessPattern {
   // An iteration that repeats the learned one launch for launch does not replace it: a stable
   // loop is learned once, not re-learned (and re-ranked) every iteration.
   std::uint32_t generation() const { return generation_; }
+  // The next complete iteration replaces the learned one even if it repeats it launch for
+  // launch: its times changed (the policy acts differently now), not its launches.
+  void relearnNext() { relearn_next_ = true; }
 
  private:
   static constexpr std::uint32_t kMinPeriod = 8;
@@ -51,7 +54,8 @@ class AccessPattern {
   std::uint32_t position_ = 0;
   std::uint32_t generation_ = 0;
   bool started_ = false;
-  bool markers_ = false;  // the caller gives iteration markers: do not detect
+  bool markers_ = false;
+  bool relearn_next_ = false;  // the caller gives iteration markers: do not detect
 };
 
 }  // namespace delta::policy

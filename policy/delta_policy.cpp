@@ -14,6 +14,8 @@ DeltaPolicy::DeltaPolicy(const PolicyConfig& config, DirectorMode mode)
       pattern_(config.max_buffers, config.max_launches, config.max_uses),
       director_(mode),
       mode_(mode),
+      planned_(mode == DirectorMode::kMixed && config.budget_bytes > 0 ? config.max_buffers : 0),
+      waited_at_(mode == DirectorMode::kMixed && config.budget_bytes > 0 ? config.max_launches : 0, 0),
       owed_by_(config.max_buffers, 0),
       pending_(config.max_buffers, Pending::kNone),
       waited_(config.max_buffers, 0),
@@ -33,12 +35,25 @@ std::string_view DeltaPolicy::name() const {
 
 void DeltaPolicy::onAlloc(BufferId id, std::uint64_t bytes, std::int64_t now_ns) {
   if (table_.valid(id)) closeOutcome(id, false);  // an id reused without onFree: a new buffer
+  if (id < planned_.size()) planned_[id] = {bytes, kUnknownNs, UseSchedule::kNoPos};
   pattern_.onAlloc(bytes);
   Policy::onAlloc(id, bytes, now_ns);
 }
 
+void DeltaPolicy::recomputableChanged(BufferId id) {
+  if (id >= planned_.size()) return;
+  PlannedBuffer& p = planned_[id];
+  if (table_[id].recompute_ns != kUnknownNs) {
+    p.recompute_ns = table_[id].recompute_ns;
+    p.lost_at = UseSchedule::kNoPos;
+  } else if (p.recompute_ns != kUnknownNs && p.lost_at == UseSchedule::kNoPos && pattern_.position() > 0) {
+    p.lost_at = pattern_.position() - 1;  // written by the launch just reported
+  }
+}
+
 void DeltaPolicy::onFree(BufferId id, std::int64_t now_ns) {
   pattern_.onFree(id, table_.valid(id) ? table_[id].bytes : 0);
+  if (id < planned_.size()) planned_[id].bytes = table_[id].bytes;
   Policy::onFree(id, now_ns);
 }
 
@@ -48,10 +63,16 @@ void DeltaPolicy::onLaunch(const Launch& launch) {
   checkRestores(launch);
   pattern_.onLaunch(launch);
   relearnIfChanged();
+  // Recorded after planning: a boundary makes this launch position 0 of the new iteration,
+  // and the plan reads the old one's.
+  const std::uint32_t pos = pattern_.position() - 1;
+  if (pos < waited_at_.size()) waited_at_[pos] = waited_since_launch_;
+  waited_since_launch_ = 0;
   Policy::onLaunch(launch);
 }
 
 void DeltaPolicy::onWaited(BufferId id, std::int64_t waited_ns) {
+  if (waited_ns > 0) waited_since_launch_ += waited_ns;
   if (table_.valid(id) && waited_ns > 0 && pending_[id] != Pending::kNone) waited_[id] += waited_ns;
 }
 
@@ -103,7 +124,37 @@ void DeltaPolicy::onIteration(std::int64_t now_ns) {
 void DeltaPolicy::relearnIfChanged() {
   if (pattern_.generation() == generation_) return;
   generation_ = pattern_.generation();
+  replan();
   reindexAll();  // every prediction changed: once per learned iteration
+}
+
+void DeltaPolicy::replan() {
+  if (relearning_) {
+    // The iteration just run in the planned mode, learned again for its times (its launches
+    // repeat the one planned on): the plan stands.
+    relearning_ = false;
+    return;
+  }
+  const DirectorMode before = activeMode();
+  if (switch_pending_) {  // a planner's replay: switch as planned, plan nothing
+    switch_pending_ = false;
+    plan_.planned = true;
+    plan_.mode = switch_to_;
+  } else if (mode_ == DirectorMode::kMixed && config_.budget_bytes > 0) {
+    for (BufferId id = 0; id < table_.capacity(); ++id) {
+      if (table_[id].residency != Residency::kFree) planned_[id].bytes = table_[id].bytes;
+    }
+    plan_ = Planner::choose(Planner::workloadFrom(pattern_.schedule(), planned_, waited_at_),
+                            config_.budget_bytes, costs_);
+  }
+  if (activeMode() == before) return;
+  director_ = Director(activeMode());
+  // The learned times are those of the iteration run in the old mode (its stalls, its
+  // recomputes), and the predictions of next uses and of the room to make ahead follow them.
+  // Learn the next iteration again, the first run in the new mode. The planner's replays do
+  // the same, so what it predicted is what happens.
+  pattern_.relearnNext();
+  relearning_ = true;
 }
 
 double DeltaPolicy::rankKey(BufferId id, const BufferState& state) const {
@@ -197,7 +248,7 @@ Policy::Rating DeltaPolicy::rate(BufferId id, const BufferState& state, const Ev
 }
 
 std::size_t DeltaPolicy::choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out) {
-  if (mode_ == DirectorMode::kRecomputeOnly) return 0;
+  if (activeMode() == DirectorMode::kRecomputeOnly) return 0;
   return Prefetcher::choose(pattern_.schedule(), pattern_.position(), table_, costs_, request, out);
 }
 

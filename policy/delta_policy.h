@@ -21,6 +21,7 @@
 
 #include "policy/access_pattern.h"
 #include "policy/director.h"
+#include "policy/planner.h"
 #include "policy/policy.h"
 
 namespace delta::policy {
@@ -39,6 +40,12 @@ class DeltaPolicy : public Policy {
   std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& horizon_ns) const override;
 
   const AccessPattern& pattern() const { return pattern_; }
+  // The mode chosen for the learned iteration (planner.h); the configured one until planned.
+  const Plan& plan() const { return plan_; }
+  DirectorMode activeMode() const { return plan_.planned ? plan_.mode : mode_; }
+  // For the planner's replays: run mixed until an iteration is learned, then `mode`, as a
+  // planned policy would (without planning in turn).
+  void switchWhenLearned(DirectorMode mode) { switch_to_ = mode; switch_pending_ = true; }
   // Host-to-device time of the restores owed for buffers swapped out and not yet restored.
   std::int64_t owedRestoreNs() const { return owed_ns_; }
   // Measured cost of each action relative to its naive estimate (onWaited): the time launches
@@ -61,12 +68,14 @@ class DeltaPolicy : public Policy {
   void beginChoice() const override { tentative_ns_ = 0; }
   void noteChoice(BufferId id, const BufferState& state, Action action) const override;
   void residencyChanged(BufferId id) override;
+  void recomputableChanged(BufferId id) override;
 
  private:
   // Without a learned iteration, a buffer is expected back about this long after its last use.
   static constexpr std::int64_t kDefaultPeriodNs = 1'000'000'000;
 
   void relearnIfChanged();
+  void replan();
   void checkRestores(const Launch& launch);
   void closeOutcome(BufferId id, bool used);
   std::int64_t periodNs() const;
@@ -75,7 +84,16 @@ class DeltaPolicy : public Policy {
   AccessPattern pattern_;
   Director director_;
   DirectorMode mode_;
+  Plan plan_;
+  DirectorMode switch_to_ = DirectorMode::kMixed;
+  bool switch_pending_ = false;
+  bool relearning_ = false;
   std::uint32_t generation_ = 0;
+  // For the planner: each id's size and hook cost as it was when freed (the learned iteration
+  // refers to buffers long gone), and what each launch of the iteration waited.
+  std::vector<PlannedBuffer> planned_;
+  std::vector<std::int64_t> waited_at_;  // per launch position; sized at construction
+  std::int64_t waited_since_launch_ = 0;
   std::vector<std::int64_t> owed_by_;  // per buffer: its share of owed_ns_; sized at construction
   std::int64_t owed_ns_ = 0;
   // Host-to-device time of the restores started over about the last iteration (an

@@ -63,6 +63,7 @@ void Policy::onRecomputable(BufferId id, std::int64_t cost_ns) {
       cost_ns < 0 ? kUnknownNs
                   : static_cast<std::int64_t>(static_cast<double>(cost_ns) * costs_.recomputeScale());
   reindex(id);
+  recomputableChanged(id);
 }
 
 void Policy::onRecomputeMeasured(BufferId id, std::int64_t estimated_ns, std::int64_t measured_ns) {

@@ -34,6 +34,9 @@ struct PolicyConfig {
   // Buffers below this are chosen only when the larger ones do not free enough: evicting many
   // small buffers costs per-buffer overhead (map/unmap, a copy each) for little memory.
   std::uint64_t min_evict_bytes = 64u << 10;
+  // The memory budget the caller keeps, when it has one: delta plans its mode for each learned
+  // iteration within it (planner.h). 0: no planning, the director mixes swaps and recomputes.
+  std::uint64_t budget_bytes = 0;
 };
 
 class Policy {
@@ -104,6 +107,8 @@ class Policy {
   virtual void noteChoice(BufferId id, const BufferState& state, Action action) const;
   // After any change of `id`'s residency (allocated, evicted, restored, freed).
   virtual void residencyChanged(BufferId) {}
+  // After onRecomputable changed `id`'s recompute cost (kUnknownNs: no longer recomputable).
+  virtual void recomputableChanged(BufferId) {}
   // Re-ranks `id` after an event (or removes it from the candidates when it cannot be one).
   void reindex(BufferId id);
   // Re-ranks every resident buffer: when what rankKey depends on changed for all of them.

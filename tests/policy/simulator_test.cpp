@@ -24,6 +24,7 @@ SimResult replay(const Workload& w, std::string_view name, SimOptions o) {
   config.max_uses = 1 << 16;
   config.h2d_gbps = o.h2d_gbps;
   config.d2h_gbps = o.d2h_gbps;
+  config.budget_bytes = o.budget_bytes;  // delta plans its mode, as in delta-trace
   const UseSchedule future = w.schedule();
   PolicyResult p = makePolicy(name, config, &future);
   EXPECT_EQ(p.error, "");

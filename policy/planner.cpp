@@ -1,0 +1,125 @@
+// Mode planning on the learned iteration: see planner.h.
+#include "policy/planner.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "policy/delta_policy.h"
+#include "policy/simulator.h"
+
+namespace delta::policy {
+
+Workload Planner::workloadFrom(const UseSchedule& schedule, std::span<const PlannedBuffer> buffers,
+                               std::span<const std::int64_t> waited_ns) {
+  Workload w;
+  w.name = "learned iteration";
+  const std::uint32_t len = schedule.length();
+  if (!schedule.ready() || len == 0) return w;
+  constexpr std::uint32_t kNone = 0xffffffffu;
+  const std::uint32_t nbuf = static_cast<std::uint32_t>(buffers.size());
+  // Where each id is freed in the iteration (the last time, for an id reused).
+  std::vector<std::uint32_t> freed_at(nbuf, kNone);
+  for (std::uint32_t pos = 0; pos < len; ++pos) {
+    for (BufferId id : schedule.freesAt(pos)) {
+      if (id < nbuf) freed_at[id] = pos;
+    }
+  }
+  // The workload buffer an id stands for now (kNone: none live). An id used again after its
+  // free is a new allocation in the same slot: a new workload buffer, freed at the end.
+  std::vector<BufferId> current(nbuf, kNone);
+  w.ops.resize(len);
+  for (std::uint32_t pos = 0; pos < len; ++pos) {
+    WorkloadOp& op = w.ops[pos];
+    op.name = "launch " + std::to_string(pos);
+    const std::int64_t interval = schedule.offsetNs(pos + 1) - schedule.offsetNs(pos);
+    const std::int64_t waited_next = pos + 1 < waited_ns.size() && pos + 1 < len ? waited_ns[pos + 1] : 0;
+    op.compute_ns = std::max<std::int64_t>(0, interval - waited_next);
+    for (BufferId id : schedule.buffersAt(pos)) {
+      if (id >= nbuf || buffers[id].bytes == 0) continue;
+      if (current[id] == kNone) {
+        WorkloadBuffer b;
+        b.name = "buffer " + std::to_string(id);
+        b.bytes = buffers[id].bytes;
+        // Never freed in the iteration: it lives across iterations (weights, optimiser state).
+        b.persistent = freed_at[id] == kNone;
+        if (!b.persistent && buffers[id].recompute_ns != kUnknownNs) {
+          b.producer = static_cast<std::int32_t>(pos);
+          b.recompute_ns = buffers[id].recompute_ns;
+        }
+        current[id] = static_cast<BufferId>(w.buffers.size());
+        (b.persistent ? op.reads : op.allocs).push_back(current[id]);
+        w.buffers.push_back(std::move(b));
+        continue;
+      }
+      const BufferId b = current[id];
+      if (std::find(op.allocs.begin(), op.allocs.end(), b) == op.allocs.end() &&
+          std::find(op.reads.begin(), op.reads.end(), b) == op.reads.end() &&
+          std::find(op.writes.begin(), op.writes.end(), b) == op.writes.end()) {
+        if (buffers[id].lost_at == pos && w.buffers[b].producer >= 0) {
+          op.writes.push_back(b);
+        } else {
+          op.reads.push_back(b);
+        }
+      }
+    }
+    for (BufferId id : schedule.freesAt(pos)) {
+      if (id >= nbuf || current[id] == kNone || w.buffers[current[id]].persistent) continue;
+      op.frees.push_back(current[id]);
+      current[id] = kNone;
+    }
+  }
+  // The producer's other buffers are a recompute's inputs (Simulator::inputsOf reads them from
+  // the op): a result allocated by the launch is not an input of its siblings.
+  for (BufferId id = 0; id < nbuf; ++id) {
+    if (current[id] != kNone && !w.buffers[current[id]].persistent) w.ops.back().frees.push_back(current[id]);
+  }
+  return w;
+}
+
+Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const CostModel& costs) {
+  Plan plan;
+  if (budget_bytes == 0 || workload.ops.empty() || !workload.validate().empty()) return plan;
+  // It fits: nothing will be evicted, in any mode. Not worth three replays.
+  if (workload.peakBytes() <= budget_bytes) return plan;
+  SimOptions options;
+  options.budget_bytes = budget_bytes;
+  options.h2d_gbps = costs.bytesPerNs(Direction::kHostToDevice);
+  options.d2h_gbps = costs.bytesPerNs(Direction::kDeviceToHost);
+  // Three iterations, the last measured: one to learn the pattern (run mixed, as delta did),
+  // one in the new mode (learned again for its times), then the one that counts.
+  options.iterations = 3;
+  options.warmup = 2;
+  PolicyConfig config;
+  std::size_t uses = 0;
+  for (const WorkloadOp& op : workload.ops) uses += op.allocs.size() + op.reads.size() + op.writes.size();
+  config.max_buffers = static_cast<std::uint32_t>(workload.buffers.size());
+  config.max_launches = static_cast<std::uint32_t>(workload.ops.size()) * 2;
+  config.max_uses = static_cast<std::uint32_t>(uses) * 2;
+  config.h2d_gbps = options.h2d_gbps;
+  config.d2h_gbps = options.d2h_gbps;
+  config.budget_bytes = 0;  // the replays do not plan in turn
+  Simulator sim(workload, options);
+  std::uint64_t best_over = 0;
+  std::int64_t best_ns = -1;
+  for (DirectorMode mode : {DirectorMode::kMixed, DirectorMode::kSwapOnly, DirectorMode::kRecomputeOnly}) {
+    // As the planned policy will run: mixed while it learns the iteration, then `mode`.
+    DeltaPolicy policy(config, DirectorMode::kMixed);
+    policy.switchWhenLearned(mode);
+    const SimResult r = sim.run(policy);
+    plan.predicted_ns[static_cast<int>(mode)] = r.total_ns;
+    plan.over_budget_ops[static_cast<int>(mode)] = r.over_budget_ops;
+    const bool better = best_ns < 0 || r.over_budget_ops < best_over ||
+                        (r.over_budget_ops == best_over && r.total_ns < best_ns);
+    if (better) {
+      best_ns = r.total_ns;
+      best_over = r.over_budget_ops;
+      plan.mode = mode;
+    }
+  }
+  plan.planned = true;
+  return plan;
+}
+
+}  // namespace delta::policy

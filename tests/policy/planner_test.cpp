@@ -1,0 +1,254 @@
+// Delta's planner: the learned iteration rebuilt as a workload, and the choice of a mode by
+// replaying it.
+#include "policy/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "policy/delta_policy.h"
+#include "policy/policy_factory.h"
+#include "policy/simulator.h"
+#include "workload_builder.h"
+
+namespace delta::policy {
+namespace {
+
+using testing::trainingWorkload;
+using testing::WorkloadBuilder;
+
+constexpr std::uint64_t kMiB = 1u << 20;
+
+// What delta would have recorded for `w`'s buffers (ids are the workload's).
+std::vector<PlannedBuffer> plannedFor(const Workload& w) {
+  std::vector<PlannedBuffer> p(w.buffers.size());
+  for (std::size_t i = 0; i < w.buffers.size(); ++i) {
+    p[i].bytes = w.buffers[i].bytes;
+    p[i].recompute_ns = w.buffers[i].producer >= 0 ? w.buffers[i].recompute_ns : kUnknownNs;
+  }
+  return p;
+}
+
+PolicyConfig configFor(const Workload& w, std::uint64_t budget, double gbps) {
+  PolicyConfig config;
+  config.max_buffers = static_cast<std::uint32_t>(w.buffers.size());
+  config.max_launches = 4096;
+  config.max_uses = 1 << 16;
+  config.h2d_gbps = config.d2h_gbps = gbps;
+  config.budget_bytes = budget;
+  return config;
+}
+
+SimResult replay(const Workload& w, std::string_view name, std::uint64_t budget, double gbps,
+                 std::uint64_t planning_budget) {
+  SimOptions o;
+  o.budget_bytes = budget;
+  o.h2d_gbps = o.d2h_gbps = gbps;
+  PolicyResult p = makePolicy(name, configFor(w, planning_budget, gbps));
+  EXPECT_EQ(p.error, "");
+  Simulator sim(w, o);
+  return sim.run(*p.policy);
+}
+
+TEST(PlannerWorkload, RoundTripReplaysLikeTheOriginal) {
+  // Every launch of a training iteration, with its allocations, frees and recompute costs,
+  // comes back as the same ops: the same compute, the same peak, the same replay.
+  const Workload w = trainingWorkload(6, 64 * kMiB, 1'000'000);
+  const UseSchedule schedule = w.schedule();
+  const std::vector<PlannedBuffer> planned = plannedFor(w);
+  const Workload rebuilt = Planner::workloadFrom(schedule, planned, {});
+  ASSERT_EQ(rebuilt.validate(), "");
+  EXPECT_EQ(rebuilt.ops.size(), w.ops.size());
+  EXPECT_EQ(rebuilt.computeNs(), w.computeNs());
+  EXPECT_EQ(rebuilt.peakBytes(), w.peakBytes());
+  for (std::string_view policy : {"lru", "dtr", "swap-only", "recompute-only"}) {
+    const std::uint64_t budget = w.peakBytes() / 2;
+    // Not to the ns: the rebuilt buffers are numbered in order of first use, and ties between
+    // candidates go to the lower id.
+    const SimResult a = replay(w, policy, budget, 12.0, 0);
+    const SimResult b = replay(rebuilt, policy, budget, 12.0, 0);
+    EXPECT_NEAR(static_cast<double>(a.total_ns), static_cast<double>(b.total_ns), 0.01 * static_cast<double>(a.total_ns))
+        << policy;
+    EXPECT_EQ(a.over_budget_ops, b.over_budget_ops) << policy;
+  }
+}
+
+TEST(PlannerWorkload, ComputeIsTheIntervalLessTheNextLaunchesWait) {
+  WorkloadBuilder b;
+  const BufferId in = b.persistent("in", kMiB);
+  const BufferId x = b.op("a", 10'000, {in}, {kMiB})[0];
+  b.op("b", 20'000, {x});
+  b.free(x);
+  b.op("c", 30'000, {in});
+  const Workload w = b.take();
+  const std::vector<std::int64_t> waited = {0, 4'000, 50'000};  // launch 2 waited longer than b ran
+  const Workload rebuilt = Planner::workloadFrom(w.schedule(), plannedFor(w), waited);
+  ASSERT_EQ(rebuilt.ops.size(), 3u);
+  EXPECT_EQ(rebuilt.ops[0].compute_ns, 6'000);
+  EXPECT_EQ(rebuilt.ops[1].compute_ns, 0);  // never negative
+  EXPECT_EQ(rebuilt.ops[2].compute_ns, 30'000);
+}
+
+TEST(PlannerWorkload, BuffersAllocatedAtFirstUseFreedWhereFreedPersistentOtherwise) {
+  WorkloadBuilder b;
+  const BufferId weight = b.persistent("weight", 4 * kMiB);
+  const BufferId act = b.op("fwd", 1'000, {weight}, {2 * kMiB})[0];
+  b.op("bwd", 2'000, {act, weight});
+  b.free(act);
+  const Workload w = b.take();
+  const Workload rebuilt = Planner::workloadFrom(w.schedule(), plannedFor(w), {});
+  ASSERT_EQ(rebuilt.validate(), "");
+  ASSERT_EQ(rebuilt.buffers.size(), 2u);
+  // fwd touches weight first (its read), then act (its result): rebuilt in that order.
+  const WorkloadBuffer& rw = rebuilt.buffers[rebuilt.ops[0].reads.at(0)];
+  EXPECT_TRUE(rw.persistent);
+  EXPECT_EQ(rw.bytes, 4 * kMiB);
+  ASSERT_EQ(rebuilt.ops[0].allocs.size(), 1u);
+  const BufferId ra = rebuilt.ops[0].allocs[0];
+  EXPECT_FALSE(rebuilt.buffers[ra].persistent);
+  EXPECT_EQ(rebuilt.buffers[ra].producer, 0);
+  EXPECT_EQ(rebuilt.buffers[ra].recompute_ns, 1'000);
+  EXPECT_EQ(rebuilt.ops[1].frees, std::vector<BufferId>{ra});
+}
+
+TEST(PlannerWorkload, LostRecomputabilityIsReplayedAsAWrite) {
+  WorkloadBuilder b;
+  const BufferId in = b.persistent("in", kMiB);
+  const BufferId x = b.op("make", 1'000, {in}, {kMiB})[0];
+  b.op("update", 1'000, {in}, {}, {x});  // written in place: no longer recomputable after it
+  b.op("use", 1'000, {x});
+  b.free(x);
+  const Workload w = b.take();
+  std::vector<PlannedBuffer> planned = plannedFor(w);
+  planned[x].lost_at = 1;
+  const Workload rebuilt = Planner::workloadFrom(w.schedule(), planned, {});
+  ASSERT_EQ(rebuilt.validate(), "");
+  const BufferId rx = rebuilt.ops[0].allocs.at(0);
+  EXPECT_EQ(rebuilt.ops[1].writes, std::vector<BufferId>{rx});
+  EXPECT_EQ(std::count(rebuilt.ops[2].reads.begin(), rebuilt.ops[2].reads.end(), rx), 1);
+}
+
+TEST(PlannerWorkload, AnIdUsedAgainAfterItsFreeIsANewBufferFreedAtTheEnd) {
+  // The shim reuses ids: a slot freed after launch 1 and allocated again at launch 2.
+  UseSchedule s;
+  s.reserve(4, 8, 32);
+  const BufferId a = 0;
+  const BufferId ids0[] = {a};
+  s.addLaunch(0, kMiB, ids0);
+  s.addLaunch(1'000, 0, ids0);
+  s.addFree(a, kMiB);
+  s.addLaunch(2'000, kMiB, ids0);
+  s.finish(3'000);
+  std::vector<PlannedBuffer> planned(4);
+  planned[a].bytes = kMiB;
+  const Workload rebuilt = Planner::workloadFrom(s, planned, {});
+  ASSERT_EQ(rebuilt.validate(), "");
+  ASSERT_EQ(rebuilt.buffers.size(), 2u);
+  EXPECT_EQ(rebuilt.ops[0].allocs.size(), 1u);
+  EXPECT_EQ(rebuilt.ops[1].frees.size(), 1u);
+  EXPECT_EQ(rebuilt.ops[2].allocs.size(), 1u);
+  EXPECT_EQ(rebuilt.ops[2].frees.size(), 1u);
+  EXPECT_NE(rebuilt.ops[0].allocs[0], rebuilt.ops[2].allocs[0]);
+}
+
+TEST(PlannerChoose, NoBudgetNoIterationOrNoPressureNoPlan) {
+  const Workload w = trainingWorkload(4, 64 * kMiB, 1'000'000);
+  const CostModel costs(12.0, 12.0);
+  EXPECT_FALSE(Planner::choose(w, 0, costs).planned);
+  EXPECT_FALSE(Planner::choose(Workload{}, w.peakBytes() / 2, costs).planned);
+  EXPECT_FALSE(Planner::choose(w, w.peakBytes(), costs).planned);  // it fits: nothing to plan
+}
+
+TEST(PlannerChoose, KeepsTheFastestModeAndIsDeterministic) {
+  const Workload w = trainingWorkload(8, 64 * kMiB, 1'000'000);
+  for (double gbps : {1.0, 12.0, 50.0}) {
+    for (double share : {0.3, 0.5, 0.7}) {
+      const std::uint64_t budget = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+      const Plan p = Planner::choose(w, budget, CostModel(gbps, gbps));
+      const std::string where = std::to_string(share) + " of peak at " + std::to_string(gbps) + " GB/s";
+      ASSERT_TRUE(p.planned) << where;
+      const int chosen = static_cast<int>(p.mode);
+      for (int m = 0; m < 3; ++m) {
+        EXPECT_GT(p.predicted_ns[m], 0) << where;
+        // Fewer ops over the budget first, then the shorter time.
+        EXPECT_LE(p.over_budget_ops[chosen], p.over_budget_ops[m]) << where;
+        if (p.over_budget_ops[chosen] == p.over_budget_ops[m]) {
+          EXPECT_LE(p.predicted_ns[chosen], p.predicted_ns[m]) << where;
+        }
+      }
+      const Plan again = Planner::choose(w, budget, CostModel(gbps, gbps));
+      EXPECT_EQ(again.mode, p.mode) << where;
+      EXPECT_EQ(again.predicted_ns[0], p.predicted_ns[0]) << where;
+    }
+  }
+}
+
+TEST(PlannerChoose, SlowLinkCheapRecomputeIsNotSwapOnly) {
+  // Activations of 256 MiB made in 0.1 ms: moving one takes ~270 ms at 1 GB/s.
+  const Workload w = trainingWorkload(8, 256 * kMiB, 100'000);
+  const Plan p = Planner::choose(w, w.peakBytes() / 2, CostModel(1.0, 1.0));
+  ASSERT_TRUE(p.planned);
+  EXPECT_NE(p.mode, DirectorMode::kSwapOnly);
+  EXPECT_GT(p.predicted_ns[static_cast<int>(DirectorMode::kSwapOnly)],
+            2 * p.predicted_ns[static_cast<int>(p.mode)]);
+}
+
+TEST(PlannerChoose, FastLinkExpensiveRecomputeIsNotRecomputeOnly) {
+  // 50 ms to make each 16 MiB activation: its transfer (~0.3 ms at 50 GB/s) hides under compute.
+  const Workload w = trainingWorkload(8, 16 * kMiB, 50'000'000);
+  const Plan p = Planner::choose(w, w.peakBytes() / 2, CostModel(50.0, 50.0));
+  ASSERT_TRUE(p.planned);
+  EXPECT_NE(p.mode, DirectorMode::kRecomputeOnly);
+  EXPECT_GT(p.predicted_ns[static_cast<int>(DirectorMode::kRecomputeOnly)],
+            p.predicted_ns[static_cast<int>(p.mode)]);
+}
+
+TEST(DeltaPlanning, PlansOnceTheIterationIsLearnedAndOnlyWithABudget) {
+  const Workload w = trainingWorkload(8, 256 * kMiB, 100'000);
+  SimOptions o;
+  o.budget_bytes = w.peakBytes() / 2;
+  o.h2d_gbps = o.d2h_gbps = 1.0;
+  DeltaPolicy planned(configFor(w, o.budget_bytes, 1.0), DirectorMode::kMixed);
+  EXPECT_FALSE(planned.plan().planned);
+  EXPECT_EQ(planned.activeMode(), DirectorMode::kMixed);
+  const SimResult r = Simulator(w, o).run(planned);
+  EXPECT_TRUE(planned.plan().planned);
+  EXPECT_EQ(planned.activeMode(), planned.plan().mode);
+  EXPECT_NE(planned.activeMode(), DirectorMode::kSwapOnly);
+  EXPECT_EQ(r.over_budget_ops, 0u);
+  EXPECT_EQ(r.used_while_evicted, 0u);
+
+  DeltaPolicy unplanned(configFor(w, 0, 1.0), DirectorMode::kMixed);
+  Simulator(w, o).run(unplanned);
+  EXPECT_FALSE(unplanned.plan().planned);
+  // The forced variants never plan: their mode is what was asked for.
+  DeltaPolicy swap_only(configFor(w, o.budget_bytes, 1.0), DirectorMode::kSwapOnly);
+  Simulator(w, o).run(swap_only);
+  EXPECT_FALSE(swap_only.plan().planned);
+  EXPECT_EQ(swap_only.activeMode(), DirectorMode::kSwapOnly);
+}
+
+TEST(DeltaPlanning, WhatThePlannerPredictedIsWhatTheIterationsAfterItCost) {
+  // The planner replays the learned iteration as delta will run it (mixed while learning, then
+  // the mode, learned again): on a workload it rebuilds exactly, its prediction for the chosen
+  // mode is the time of the third iteration of the real run.
+  const Workload w = trainingWorkload(8, 64 * kMiB, 1'000'000);
+  for (double gbps : {1.0, 12.0, 50.0}) {
+    SimOptions o;
+    o.budget_bytes = w.peakBytes() / 2;
+    o.h2d_gbps = o.d2h_gbps = gbps;
+    o.iterations = 3;
+    o.warmup = 2;
+    DeltaPolicy delta(configFor(w, o.budget_bytes, gbps), DirectorMode::kMixed);
+    const SimResult r = Simulator(w, o).run(delta);
+    ASSERT_TRUE(delta.plan().planned) << gbps;
+    const std::int64_t predicted = delta.plan().predicted_ns[static_cast<int>(delta.plan().mode)];
+    EXPECT_NEAR(static_cast<double>(r.total_ns), static_cast<double>(predicted), 0.02 * static_cast<double>(predicted))
+        << gbps << " GB/s, mode " << static_cast<int>(delta.plan().mode);
+  }
+}
+
+}  // namespace
+}  // namespace delta::policy
