@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "policy/delta_policy.h"
 #include "policy/policy_factory.h"
 #include "policy/simulator.h"
 #include "tools/cli_args.h"
@@ -73,8 +74,30 @@ std::string checkPolicy(const std::string& name) {
   return policy::makePolicy(name, {}).error;
 }
 
-// Runs `workload` under `policy_name`; the policy is sized for the workload.
-SimResult simulate(const Workload& w, const std::string& policy_name, const SimOptions& o) {
+// What delta planned (policy/planner.h): "" for other policies or when it did not plan.
+std::string planText(const policy::Policy& policy, bool detailed) {
+  const auto* delta = dynamic_cast<const policy::DeltaPolicy*>(&policy);
+  if (delta == nullptr || !delta->plan().planned) return {};
+  static constexpr std::string_view kModes[] = {"mixed", "swap-only", "recompute-only"};
+  const policy::Plan& plan = delta->plan();
+  std::string text(kModes[static_cast<int>(plan.mode)]);
+  if (!detailed) return text;
+  text += " (predicted per iteration:";
+  for (int m = 0; m < 3; ++m) {
+    text += fmt::format("{} {} {:.2f} ms", m ? "," : "", kModes[m], static_cast<double>(plan.predicted_ns[m]) / 1e6);
+  }
+  return text + ")";
+}
+
+struct Replayed {
+  SimResult result;
+  std::string plan;
+};
+
+// Runs `workload` under `policy_name`; the policy is sized for the workload and knows the
+// budget (delta plans with it).
+Replayed simulate(const Workload& w, const std::string& policy_name, const SimOptions& o,
+                  bool detailed_plan = false) {
   policy::PolicyConfig config;
   std::size_t uses = 0;
   for (const auto& op : w.ops) uses += op.allocs.size() + op.reads.size() + op.writes.size();
@@ -83,10 +106,13 @@ SimResult simulate(const Workload& w, const std::string& policy_name, const SimO
   config.max_uses = static_cast<std::uint32_t>(uses) * 2;
   config.h2d_gbps = o.h2d_gbps;
   config.d2h_gbps = o.d2h_gbps;
+  config.budget_bytes = o.budget_bytes;  // delta plans its mode within it
   const policy::UseSchedule future = w.schedule();
   policy::PolicyResult p = policy::makePolicy(policy_name, config, &future);
   policy::Simulator sim(w, o);
-  return sim.run(*p.policy);
+  Replayed r{sim.run(*p.policy), {}};
+  r.plan = planText(*p.policy, detailed_plan);
+  return r;
 }
 
 std::string gib(std::uint64_t bytes) { return fmt::format("{:.3f}", static_cast<double>(bytes) / (1u << 30)); }
@@ -155,7 +181,8 @@ int replayCommand(const std::vector<std::string>& args) {
   if (!loaded) return status;
   const Workload w = batch == 1.0 ? loaded->workload : loaded->workload.scaled(batch);
   o.budget_bytes = budget->bytesFor(loaded->peak);
-  const SimResult r = simulate(w, *policy_name, o);
+  const Replayed replayed = simulate(w, *policy_name, o, true);
+  const SimResult& r = replayed.result;
   fmt::print("trace            {}\n", loaded->path);
   fmt::print("policy           {}\n", *policy_name);
   fmt::print("ops              {} per iteration, {} buffers\n", w.ops.size(), w.buffers.size());
@@ -168,6 +195,7 @@ int replayCommand(const std::vector<std::string>& args) {
   fmt::print("host->device     {} bytes ({} GiB, {} prefetches)\n", r.h2d_bytes, gib(r.h2d_bytes), r.prefetches);
   fmt::print("device->host     {} bytes ({} GiB, {} swaps)\n", r.d2h_bytes, gib(r.d2h_bytes), r.swaps);
   fmt::print("over-budget ops  {}\n", r.over_budget_ops);
+  if (!replayed.plan.empty()) fmt::print("plan             {}\n", replayed.plan);
   return 0;
 }
 
@@ -187,7 +215,7 @@ int sweepCommand(const std::vector<std::string>& args) {
         "  --budgets LIST    budgets (default: 30%,50%,70%)\n"
         "  --csv             CSV: trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,\n"
         "                    h2d_bytes,d2h_bytes,recompute_ns,stall_ns,over_budget_ops,swaps,\n"
-        "                    drops,prefetches\n"
+        "                    drops,prefetches,plan (delta's chosen mode; empty for others)\n"
         "{}",
         kSimHelp);
     return 0;
@@ -215,7 +243,7 @@ int sweepCommand(const std::vector<std::string>& args) {
   const bool csv = a.has("csv");
   if (csv) {
     fmt::print("trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,h2d_bytes,d2h_bytes,"
-               "recompute_ns,stall_ns,over_budget_ops,swaps,drops,prefetches\n");
+               "recompute_ns,stall_ns,over_budget_ops,swaps,drops,prefetches,plan\n");
   } else {
     fmt::print("{:<28} {:<15} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>6}\n", "trace", "policy",
                "budget", "budget_GiB", "peak_GiB", "overhead%", "h2d_GiB", "d2h_GiB", "recompute_ms", "stall_ms",
@@ -225,12 +253,13 @@ int sweepCommand(const std::vector<std::string>& args) {
     for (const Budget& b : budgets) {
       for (const std::string& p : policies) {
         o.budget_bytes = b.bytesFor(f.peak);
-        const SimResult r = simulate(f.workload, p, o);
+        const Replayed replayed = simulate(f.workload, p, o);
+        const SimResult& r = replayed.result;
         const std::string name = baseName(f.path);
         if (csv) {
-          fmt::print("{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{}\n", name, p, b.text, r.budget_bytes,
+          fmt::print("{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{}\n", name, p, b.text, r.budget_bytes,
                      r.peak_bytes, r.overhead_pct, r.h2d_bytes, r.d2h_bytes, r.recompute_ns, r.stall_ns,
-                     r.over_budget_ops, r.swaps, r.drops, r.prefetches);
+                     r.over_budget_ops, r.swaps, r.drops, r.prefetches, replayed.plan);
         } else {
           fmt::print("{:<28} {:<15} {:>6} {:>10} {:>10} {:>10.2f} {:>10} {:>10} {:>11} {:>10} {:>6}\n",
                      name.substr(0, 28), p, b.text, gib(r.budget_bytes), gib(r.peak_bytes), r.overhead_pct,
@@ -283,7 +312,7 @@ int maxbatchCommand(const std::vector<std::string>& args) {
   o.budget_bytes = budget->bytesFor(loaded->peak);
 
   auto fits = [&](double f, SimResult& out) {
-    out = simulate(loaded->workload.scaled(f), *policy_name, o);
+    out = simulate(loaded->workload.scaled(f), *policy_name, o).result;
     return out.over_budget_ops == 0 && out.overhead_pct <= *max_overhead;
   };
   SimResult best{};
