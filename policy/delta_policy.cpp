@@ -14,8 +14,8 @@ DeltaPolicy::DeltaPolicy(const PolicyConfig& config, DirectorMode mode)
       pattern_(config.max_buffers, config.max_launches, config.max_uses),
       director_(mode),
       mode_(mode),
-      planned_(mode == DirectorMode::kMixed && config.budget_bytes > 0 ? config.max_buffers : 0),
-      waited_at_(mode == DirectorMode::kMixed && config.budget_bytes > 0 ? config.max_launches : 0, 0),
+      planned_(config.budget_bytes > 0 ? config.max_buffers : 0),
+      waited_at_(config.budget_bytes > 0 ? config.max_launches : 0, 0),
       owed_by_(config.max_buffers, 0),
       pending_(config.max_buffers, Pending::kNone),
       waited_(config.max_buffers, 0),
@@ -136,18 +136,20 @@ void DeltaPolicy::replan() {
     return;
   }
   const DirectorMode before = activeMode();
+  const Prefetcher::Window window_before = activeWindow();
   if (switch_pending_) {  // a planner's replay: switch as planned, plan nothing
     switch_pending_ = false;
     plan_.planned = true;
     plan_.mode = switch_to_;
-  } else if (mode_ == DirectorMode::kMixed && config_.budget_bytes > 0) {
+    plan_.window = switch_window_;
+  } else if (config_.budget_bytes > 0) {
     for (BufferId id = 0; id < table_.capacity(); ++id) {
       if (table_[id].residency != Residency::kFree) planned_[id].bytes = table_[id].bytes;
     }
     plan_ = Planner::choose(Planner::workloadFrom(pattern_.schedule(), planned_, waited_at_),
-                            config_.budget_bytes, costs_);
+                            config_.budget_bytes, costs_, mode_);
   }
-  if (activeMode() == before) return;
+  if (activeMode() == before && activeWindow() == window_before) return;
   director_ = Director(activeMode());
   // The learned times are those of the iteration run in the old mode (its stalls, its
   // recomputes), and the predictions of next uses and of the room to make ahead follow them.
@@ -253,7 +255,8 @@ std::size_t DeltaPolicy::choosePrefetches(const PrefetchRequest& request, std::s
 }
 
 std::uint64_t DeltaPolicy::upcomingBytes(std::int64_t, std::int64_t& horizon_ns) const {
-  return Prefetcher::upcomingBytes(pattern_.schedule(), pattern_.position(), table_, costs_, horizon_ns);
+  return Prefetcher::upcomingBytes(pattern_.schedule(), pattern_.position(), table_, costs_, horizon_ns,
+                                   activeWindow());
 }
 
 }  // namespace delta::policy

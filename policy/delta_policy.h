@@ -11,7 +11,9 @@
 // the naive cost; a swap is charged at least its measured share of the transfer and a
 // recompute its measured factor. Two rules keep evictions ahead of need (urgent == false)
 // from hurting: none that costs more per byte than the on-demand evictions have lately, and
-// none of a buffer brought back for a use still to come. Costs as in policy.h; learning adds
+// none of a buffer brought back for a use still to come. With a budget (PolicyConfig), each
+// newly learned iteration is planned (planner.h): the mode and the window of upcomingBytes
+// that a replay of the iteration finds fastest. Costs as in policy.h; learning adds
 // O(buffers of the launch) per launch, and a newly learned iteration re-ranks the resident
 // buffers once (O(n log n)); the outcome bookkeeping is O(1) per event.
 #pragma once
@@ -22,6 +24,7 @@
 #include "policy/access_pattern.h"
 #include "policy/director.h"
 #include "policy/planner.h"
+#include "policy/prefetcher.h"
 #include "policy/policy.h"
 
 namespace delta::policy {
@@ -40,12 +43,18 @@ class DeltaPolicy : public Policy {
   std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& horizon_ns) const override;
 
   const AccessPattern& pattern() const { return pattern_; }
-  // The mode chosen for the learned iteration (planner.h); the configured one until planned.
+  // The mode and window chosen for the learned iteration (planner.h); the configured mode and
+  // the gross window until planned.
   const Plan& plan() const { return plan_; }
   DirectorMode activeMode() const { return plan_.planned ? plan_.mode : mode_; }
-  // For the planner's replays: run mixed until an iteration is learned, then `mode`, as a
-  // planned policy would (without planning in turn).
-  void switchWhenLearned(DirectorMode mode) { switch_to_ = mode; switch_pending_ = true; }
+  // For the planner's replays: run in the configured mode until an iteration is learned, then
+  // `mode` and `window`, as a planned policy would (without planning in turn).
+  void switchWhenLearned(DirectorMode mode, Prefetcher::Window window = Prefetcher::Window::kGross) {
+    switch_to_ = mode;
+    switch_window_ = window;
+    switch_pending_ = true;
+  }
+  Prefetcher::Window activeWindow() const { return plan_.planned ? plan_.window : Prefetcher::Window::kGross; }
   // Host-to-device time of the restores owed for buffers swapped out and not yet restored.
   std::int64_t owedRestoreNs() const { return owed_ns_; }
   // Measured cost of each action relative to its naive estimate (onWaited): the time launches
@@ -86,6 +95,7 @@ class DeltaPolicy : public Policy {
   DirectorMode mode_;
   Plan plan_;
   DirectorMode switch_to_ = DirectorMode::kMixed;
+  Prefetcher::Window switch_window_ = Prefetcher::Window::kGross;
   bool switch_pending_ = false;
   bool relearning_ = false;
   std::uint32_t generation_ = 0;

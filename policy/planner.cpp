@@ -78,7 +78,8 @@ Workload Planner::workloadFrom(const UseSchedule& schedule, std::span<const Plan
   return w;
 }
 
-Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const CostModel& costs) {
+Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const CostModel& costs,
+                     DirectorMode configured) {
   Plan plan;
   if (budget_bytes == 0 || workload.ops.empty() || !workload.validate().empty()) return plan;
   // It fits: nothing will be evicted, in any mode. Not worth three replays.
@@ -103,20 +104,30 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
   Simulator sim(workload, options);
   std::uint64_t best_over = 0;
   std::int64_t best_ns = -1;
-  for (DirectorMode mode : {DirectorMode::kMixed, DirectorMode::kSwapOnly, DirectorMode::kRecomputeOnly}) {
-    // As the planned policy will run: mixed while it learns the iteration, then `mode`.
-    DeltaPolicy policy(config, DirectorMode::kMixed);
-    policy.switchWhenLearned(mode);
+  // Delta chooses its mode; a forced variant keeps its own and chooses only the window.
+  const DirectorMode all[] = {DirectorMode::kMixed, DirectorMode::kSwapOnly, DirectorMode::kRecomputeOnly};
+  const std::span<const DirectorMode> modes =
+      configured == DirectorMode::kMixed ? std::span<const DirectorMode>(all) : std::span<const DirectorMode>(&configured, 1);
+  plan.mode = configured;
+  for (Prefetcher::Window window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet}) {
+  for (DirectorMode mode : modes) {
+    // As the planned policy will run: in its configured mode while it learns the iteration,
+    // then the candidate.
+    DeltaPolicy policy(config, configured);
+    policy.switchWhenLearned(mode, window);
     const SimResult r = sim.run(policy);
-    plan.predicted_ns[static_cast<int>(mode)] = r.total_ns;
-    plan.over_budget_ops[static_cast<int>(mode)] = r.over_budget_ops;
+    const int m = static_cast<int>(mode), wi = static_cast<int>(window);
+    plan.predicted_ns[m][wi] = r.total_ns;
+    plan.over_budget_ops[m][wi] = r.over_budget_ops;
     const bool better = best_ns < 0 || r.over_budget_ops < best_over ||
                         (r.over_budget_ops == best_over && r.total_ns < best_ns);
     if (better) {
       best_ns = r.total_ns;
       best_over = r.over_budget_ops;
       plan.mode = mode;
+      plan.window = window;
     }
+  }
   }
   plan.planned = true;
   return plan;

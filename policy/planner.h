@@ -1,24 +1,28 @@
-// Delta's planner: which of the director's modes to run for the iteration just learned.
+// Delta's planner: which of the director's modes to run for the iteration just learned, and
+// how far ahead to make room.
 //
 // Training repeats one iteration. Once delta has learned it (access_pattern.h), the planner
 // rebuilds it as a workload (one op per launch; the time to the next launch, less what that
 // launch waited for memory, as its compute; each buffer allocated at its first use and freed
 // where it was; the hooks' recompute costs, the launch that allocated a buffer as its producer
 // and the other buffers of that launch as its inputs) and replays it on the policy's own model
-// of the GPU (the budget, the measured link) under each mode: mixed, swap-only,
-// recompute-only. The fastest is kept until the iteration changes.
+// of the GPU (the budget, the measured link) under each candidate: the modes mixed, swap-only
+// and recompute-only, each with the window that makes room ahead set by the gross or by the
+// net bytes (Prefetcher::Window). The fastest is kept until the iteration changes. A forced
+// variant (swap-only, recompute-only) keeps its mode and chooses only the window.
 //
 // Why: the director decides one buffer at a time from modelled and measured costs, and on some
 // workloads and links the mix it reaches is slower than one of the pure modes (swaps that cost
-// more than the recomputes they replace, or the other way round; docs/policy.md has the rows).
-// A replay of the whole iteration sees what one decision at a time cannot: how the choices add
-// up on the link and in memory. Measured outcomes (onWaited) still correct each decision
-// within the chosen mode.
+// more than the recomputes they replace, or the other way round); and how far ahead room is
+// best made depends on the workload (the net window is better on the CNNs, the gross one on
+// the LSTM; docs/policy.md has the rows). A replay of the whole iteration sees what one decision
+// at a time cannot: how the choices add up on the link and in memory. Measured outcomes
+// (onWaited) still correct each decision within the chosen candidate.
 //
 // Cost: building the workload is O(launches + uses); each replay is the simulator's cost for
-// two iterations (one to learn, one measured). It allocates, so it runs only when a new
-// iteration is learned (a stable loop: once), never per launch. Not on the hot path's
-// per-call budget; docs/policy.md gives the time on the shared traces.
+// three iterations (learn, switch, measure), six replays for delta, two for a variant. It
+// allocates, so it runs only when a new iteration is learned (a stable loop: once), never per
+// launch; docs/policy.md gives the time.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +31,7 @@
 #include "policy/cost_model.h"
 #include "policy/director.h"
 #include "policy/policy.h"
+#include "policy/prefetcher.h"
 #include "policy/use_schedule.h"
 #include "policy/workload.h"
 
@@ -43,10 +48,12 @@ struct PlannedBuffer {
 
 struct Plan {
   DirectorMode mode = DirectorMode::kMixed;
+  Prefetcher::Window window = Prefetcher::Window::kGross;
   bool planned = false;  // false: no budget, no usable iteration; the mode stays mixed
   // Predicted iteration time under each mode (indexed by DirectorMode); -1 when not replayed.
-  std::int64_t predicted_ns[3] = {-1, -1, -1};
-  std::uint64_t over_budget_ops[3] = {};  // ops the replay ran over the budget, per mode
+  // Per mode and window (predicted_ns[mode][window]); -1 when not replayed.
+  std::int64_t predicted_ns[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
+  std::uint64_t over_budget_ops[3][2] = {};  // ops the replay ran over the budget
 };
 
 class Planner {
@@ -56,11 +63,13 @@ class Planner {
   static Workload workloadFrom(const UseSchedule& schedule, std::span<const PlannedBuffer> buffers,
                                std::span<const std::int64_t> waited_ns);
 
-  // Replays `workload` under each mode within `budget_bytes` on a link as `costs` measured it,
-  // and returns the fastest (ties: mixed first, then swap-only). A mode that runs ops over the
-  // budget loses to one that does not. Nothing is planned (mixed) when the workload's peak fits
-  // the budget.
-  static Plan choose(const Workload& workload, std::uint64_t budget_bytes, const CostModel& costs);
+  // Replays `workload` under each candidate within `budget_bytes` on a link as `costs` measured
+  // it, and returns the fastest (ties: the gross window, then mixed, then swap-only). A
+  // candidate that runs ops over the budget loses to one that does not. `configured`: delta's
+  // mode (kMixed: all three are candidates; a forced variant: only its own). Nothing is planned
+  // when the workload's peak fits the budget.
+  static Plan choose(const Workload& workload, std::uint64_t budget_bytes, const CostModel& costs,
+                     DirectorMode configured = DirectorMode::kMixed);
 };
 
 }  // namespace delta::policy

@@ -61,7 +61,7 @@ std::size_t Prefetcher::choose(const UseSchedule& schedule, std::uint32_t positi
 
 std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32_t position,
                                         const BufferTable& table, const CostModel& costs,
-                                        std::int64_t& horizon_ns) {
+                                        std::int64_t& horizon_ns, Window window) {
   // Net bytes: a running sum over the window of the allocations and restores at each launch,
   // less what the launches before it free; the answer is its peak (never negative). Frees
   // after launch q make room for the launches after q only. A buffer's restore is counted once,
@@ -94,7 +94,8 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
   // plus the restore time. Without the restore term a tight budget leaves no room to prefetch
   // into, and every restore happens on demand, in full view.
   walk(schedule, position, kMaxScan, [&](std::uint32_t q, std::int64_t due) {
-    if (q != position && due > costs.transferNs(Direction::kDeviceToHost, gross) + restore_ns) return false;
+    const std::uint64_t length_bytes = window == Window::kGross ? gross : peak;
+    if (q != position && due > costs.transferNs(Direction::kDeviceToHost, length_bytes) + restore_ns) return false;
     horizon_ns = due;
     net += static_cast<std::int64_t>(schedule.allocBytesAt(q));
     gross += schedule.allocBytesAt(q);

@@ -26,9 +26,12 @@ class Prefetcher {
   // ones need it: the peak of that running sum, never negative), over the launches that come
   // sooner than copying their gross bytes out plus restoring the swapped ones would take; the
   // time that window covers goes to `horizon_ns`.
+  // `window`: what sets the window's length — the gross bytes (every allocation, a restore at
+  // each use of a swapped buffer) or the net count itself (shorter).
+  enum class Window : std::uint8_t { kGross, kNet };
   static std::uint64_t upcomingBytes(const UseSchedule& schedule, std::uint32_t position,
                                      const BufferTable& table, const CostModel& costs,
-                                     std::int64_t& horizon_ns);
+                                     std::int64_t& horizon_ns, Window window = Window::kGross);
 
  private:
   static constexpr std::uint32_t kMaxScan = 512;

@@ -74,17 +74,27 @@ std::string checkPolicy(const std::string& name) {
   return policy::makePolicy(name, {}).error;
 }
 
-// What delta planned (policy/planner.h): "" for other policies or when it did not plan.
+// What delta (or a variant) planned (policy/planner.h): its mode, "/net" when it makes room
+// ahead by the net window; "" for other policies or when it did not plan. `detailed` adds the
+// predicted iteration time of every candidate replayed.
 std::string planText(const policy::Policy& policy, bool detailed) {
   const auto* delta = dynamic_cast<const policy::DeltaPolicy*>(&policy);
   if (delta == nullptr || !delta->plan().planned) return {};
   static constexpr std::string_view kModes[] = {"mixed", "swap-only", "recompute-only"};
+  static constexpr std::string_view kWindows[] = {"", "/net"};
   const policy::Plan& plan = delta->plan();
-  std::string text(kModes[static_cast<int>(plan.mode)]);
+  std::string text = std::string(kModes[static_cast<int>(plan.mode)]) +
+                     std::string(kWindows[static_cast<int>(plan.window)]);
   if (!detailed) return text;
   text += " (predicted per iteration:";
-  for (int m = 0; m < 3; ++m) {
-    text += fmt::format("{} {} {:.2f} ms", m ? "," : "", kModes[m], static_cast<double>(plan.predicted_ns[m]) / 1e6);
+  bool first = true;
+  for (int w = 0; w < 2; ++w) {
+    for (int m = 0; m < 3; ++m) {
+      if (plan.predicted_ns[m][w] < 0) continue;  // not a candidate
+      text += fmt::format("{} {}{} {:.2f} ms", first ? "" : ",", kModes[m], kWindows[w],
+                          static_cast<double>(plan.predicted_ns[m][w]) / 1e6);
+      first = false;
+    }
   }
   return text + ")";
 }
@@ -215,7 +225,8 @@ int sweepCommand(const std::vector<std::string>& args) {
         "  --budgets LIST    budgets (default: 30%,50%,70%)\n"
         "  --csv             CSV: trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,\n"
         "                    h2d_bytes,d2h_bytes,recompute_ns,stall_ns,over_budget_ops,swaps,\n"
-        "                    drops,prefetches,plan (delta's chosen mode; empty for others)\n"
+        "                    drops,prefetches,plan (what delta or its variant planned: the\n"
+        "                    mode, /net for the net window; empty when it did not plan)\n"
         "{}",
         kSimHelp);
     return 0;

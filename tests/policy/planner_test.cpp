@@ -1,5 +1,5 @@
-// Delta's planner: the learned iteration rebuilt as a workload, and the choice of a mode by
-// replaying it.
+// Delta's planner: the learned iteration rebuilt as a workload, and the choice of a mode and of
+// the window that makes room ahead, by replaying it.
 #include "policy/planner.h"
 
 #include <gtest/gtest.h>
@@ -169,18 +169,21 @@ TEST(PlannerChoose, KeepsTheFastestModeAndIsDeterministic) {
       const Plan p = Planner::choose(w, budget, CostModel(gbps, gbps));
       const std::string where = std::to_string(share) + " of peak at " + std::to_string(gbps) + " GB/s";
       ASSERT_TRUE(p.planned) << where;
-      const int chosen = static_cast<int>(p.mode);
+      const int cm = static_cast<int>(p.mode), cw = static_cast<int>(p.window);
       for (int m = 0; m < 3; ++m) {
-        EXPECT_GT(p.predicted_ns[m], 0) << where;
-        // Fewer ops over the budget first, then the shorter time.
-        EXPECT_LE(p.over_budget_ops[chosen], p.over_budget_ops[m]) << where;
-        if (p.over_budget_ops[chosen] == p.over_budget_ops[m]) {
-          EXPECT_LE(p.predicted_ns[chosen], p.predicted_ns[m]) << where;
+        for (int win = 0; win < 2; ++win) {
+          EXPECT_GT(p.predicted_ns[m][win], 0) << where;
+          // Fewer ops over the budget first, then the shorter time.
+          EXPECT_LE(p.over_budget_ops[cm][cw], p.over_budget_ops[m][win]) << where;
+          if (p.over_budget_ops[cm][cw] == p.over_budget_ops[m][win]) {
+            EXPECT_LE(p.predicted_ns[cm][cw], p.predicted_ns[m][win]) << where;
+          }
         }
       }
       const Plan again = Planner::choose(w, budget, CostModel(gbps, gbps));
       EXPECT_EQ(again.mode, p.mode) << where;
-      EXPECT_EQ(again.predicted_ns[0], p.predicted_ns[0]) << where;
+      EXPECT_EQ(again.window, p.window) << where;
+      EXPECT_EQ(again.predicted_ns[0][0], p.predicted_ns[0][0]) << where;
     }
   }
 }
@@ -191,8 +194,8 @@ TEST(PlannerChoose, SlowLinkCheapRecomputeIsNotSwapOnly) {
   const Plan p = Planner::choose(w, w.peakBytes() / 2, CostModel(1.0, 1.0));
   ASSERT_TRUE(p.planned);
   EXPECT_NE(p.mode, DirectorMode::kSwapOnly);
-  EXPECT_GT(p.predicted_ns[static_cast<int>(DirectorMode::kSwapOnly)],
-            2 * p.predicted_ns[static_cast<int>(p.mode)]);
+  const auto& swap = p.predicted_ns[static_cast<int>(DirectorMode::kSwapOnly)];
+  EXPECT_GT(std::min(swap[0], swap[1]), 2 * p.predicted_ns[static_cast<int>(p.mode)][static_cast<int>(p.window)]);
 }
 
 TEST(PlannerChoose, FastLinkExpensiveRecomputeIsNotRecomputeOnly) {
@@ -201,8 +204,9 @@ TEST(PlannerChoose, FastLinkExpensiveRecomputeIsNotRecomputeOnly) {
   const Plan p = Planner::choose(w, w.peakBytes() / 2, CostModel(50.0, 50.0));
   ASSERT_TRUE(p.planned);
   EXPECT_NE(p.mode, DirectorMode::kRecomputeOnly);
-  EXPECT_GT(p.predicted_ns[static_cast<int>(DirectorMode::kRecomputeOnly)],
-            p.predicted_ns[static_cast<int>(p.mode)]);
+  const auto& recompute = p.predicted_ns[static_cast<int>(DirectorMode::kRecomputeOnly)];
+  EXPECT_GT(std::min(recompute[0], recompute[1]),
+            p.predicted_ns[static_cast<int>(p.mode)][static_cast<int>(p.window)]);
 }
 
 TEST(DeltaPlanning, PlansOnceTheIterationIsLearnedAndOnlyWithABudget) {
@@ -223,11 +227,13 @@ TEST(DeltaPlanning, PlansOnceTheIterationIsLearnedAndOnlyWithABudget) {
   DeltaPolicy unplanned(configFor(w, 0, 1.0), DirectorMode::kMixed);
   Simulator(w, o).run(unplanned);
   EXPECT_FALSE(unplanned.plan().planned);
-  // The forced variants never plan: their mode is what was asked for.
+  // The forced variants plan only the window: their mode is what was asked for.
   DeltaPolicy swap_only(configFor(w, o.budget_bytes, 1.0), DirectorMode::kSwapOnly);
   Simulator(w, o).run(swap_only);
-  EXPECT_FALSE(swap_only.plan().planned);
+  EXPECT_TRUE(swap_only.plan().planned);
   EXPECT_EQ(swap_only.activeMode(), DirectorMode::kSwapOnly);
+  EXPECT_EQ(swap_only.plan().predicted_ns[static_cast<int>(DirectorMode::kMixed)][0], -1);
+  EXPECT_GT(swap_only.plan().predicted_ns[static_cast<int>(DirectorMode::kSwapOnly)][1], 0);
 }
 
 TEST(DeltaPlanning, WhatThePlannerPredictedIsWhatTheIterationsAfterItCost) {
@@ -244,7 +250,8 @@ TEST(DeltaPlanning, WhatThePlannerPredictedIsWhatTheIterationsAfterItCost) {
     DeltaPolicy delta(configFor(w, o.budget_bytes, gbps), DirectorMode::kMixed);
     const SimResult r = Simulator(w, o).run(delta);
     ASSERT_TRUE(delta.plan().planned) << gbps;
-    const std::int64_t predicted = delta.plan().predicted_ns[static_cast<int>(delta.plan().mode)];
+    const std::int64_t predicted =
+        delta.plan().predicted_ns[static_cast<int>(delta.plan().mode)][static_cast<int>(delta.plan().window)];
     EXPECT_NEAR(static_cast<double>(r.total_ns), static_cast<double>(predicted), 0.02 * static_cast<double>(predicted))
         << gbps << " GB/s, mode " << static_cast<int>(delta.plan().mode);
   }

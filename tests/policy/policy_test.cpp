@@ -203,6 +203,29 @@ TEST_P(Upcoming, CountsNetBytes) {
 
 constexpr std::uint64_t k4 = 4 * kMiB;
 
+// The window's length: set by the gross bytes (each allocation, a restore at every use of a
+// swapped buffer) or by the net count. Launches 0.1 ms apart, 4 MiB allocated and freed at
+// each: the net count never passes 4 MiB (0.35 ms to copy out at 12 GB/s), so its window ends
+// at the launch 0.3 ms ahead; the gross one grows by 4 MiB (0.35 ms) per launch and runs on.
+TEST(Upcoming, TheNetWindowIsShorter) {
+  constexpr std::int64_t kGap = kMs / 10;
+  UseSchedule schedule;
+  schedule.reserve(16, 16, 64);
+  for (BufferId id = 0; id < 8; ++id) {
+    const BufferId uses[] = {id};
+    schedule.addLaunch(static_cast<std::int64_t>(id) * kGap, k4, uses);
+    schedule.addFree(id, k4);
+  }
+  schedule.finish(8 * kGap);
+  BufferTable table(16);
+  const CostModel link(12.0, 12.0);
+  std::int64_t gross_horizon = 0, net_horizon = 0;
+  EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, gross_horizon, Prefetcher::Window::kGross), k4);
+  EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, net_horizon, Prefetcher::Window::kNet), k4);
+  EXPECT_EQ(net_horizon, 3 * kGap);
+  EXPECT_EQ(gross_horizon, 7 * kGap);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, Upcoming,
     ::testing::Values(
