@@ -27,8 +27,8 @@ void AccessPattern::onIteration(std::int64_t now_ns) {
 
 void AccessPattern::boundary(std::int64_t now_ns) {
   if (started_ && position_ > 0) {
-    const bool repeat = !relearn_next_ && learned_->ready() && recording_->length() == learned_->length() &&
-                        recording_hash_ == learned_hash_;
+    const bool repeat = !relearn_next_ && learned_->ready() &&
+                        recording_->length() == learned_->length() && recording_hash_ == learned_hash_;
     if (!repeat) {
       recording_->finish(now_ns - iteration_start_ns_);
       if (recording_->ready()) {
@@ -37,8 +37,8 @@ void AccessPattern::boundary(std::int64_t now_ns) {
         ++generation_;
       }
     }
+    relearn_next_ = false;
   }
-  if (started_ && position_ > 0) relearn_next_ = false;
   recording_->clear();
   recording_hash_ = 0;
   started_ = true;

@@ -54,8 +54,8 @@ class AccessPattern {
   std::uint32_t position_ = 0;
   std::uint32_t generation_ = 0;
   bool started_ = false;
-  bool markers_ = false;
-  bool relearn_next_ = false;  // the caller gives iteration markers: do not detect
+  bool markers_ = false;  // the caller gives iteration markers: do not detect
+  bool relearn_next_ = false;
 };
 
 }  // namespace delta::policy

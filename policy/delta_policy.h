@@ -47,6 +47,7 @@ class DeltaPolicy : public Policy {
   // the gross window until planned.
   const Plan& plan() const { return plan_; }
   DirectorMode activeMode() const { return plan_.planned ? plan_.mode : mode_; }
+  Prefetcher::Window activeWindow() const { return plan_.planned ? plan_.window : Prefetcher::Window::kGross; }
   // For the planner's replays: run in the configured mode until an iteration is learned, then
   // `mode` and `window`, as a planned policy would (without planning in turn).
   void switchWhenLearned(DirectorMode mode, Prefetcher::Window window = Prefetcher::Window::kGross) {
@@ -54,7 +55,6 @@ class DeltaPolicy : public Policy {
     switch_window_ = window;
     switch_pending_ = true;
   }
-  Prefetcher::Window activeWindow() const { return plan_.planned ? plan_.window : Prefetcher::Window::kGross; }
   // Host-to-device time of the restores owed for buffers swapped out and not yet restored.
   std::int64_t owedRestoreNs() const { return owed_ns_; }
   // Measured cost of each action relative to its naive estimate (onWaited): the time launches

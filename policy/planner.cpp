@@ -2,7 +2,6 @@
 #include "policy/planner.h"
 
 #include <algorithm>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -70,8 +69,8 @@ Workload Planner::workloadFrom(const UseSchedule& schedule, std::span<const Plan
       current[id] = kNone;
     }
   }
-  // The producer's other buffers are a recompute's inputs (Simulator::inputsOf reads them from
-  // the op): a result allocated by the launch is not an input of its siblings.
+  // Still live at the end (an id used again after its free): freed after the last launch, as
+  // a workload's buffers must be (persistent ones aside).
   for (BufferId id = 0; id < nbuf; ++id) {
     if (current[id] != kNone && !w.buffers[current[id]].persistent) w.ops.back().frees.push_back(current[id]);
   }
@@ -82,14 +81,14 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
                      DirectorMode configured) {
   Plan plan;
   if (budget_bytes == 0 || workload.ops.empty() || !workload.validate().empty()) return plan;
-  // It fits: nothing will be evicted, in any mode. Not worth three replays.
+  // It fits: nothing will be evicted, whatever the plan. Not worth the replays.
   if (workload.peakBytes() <= budget_bytes) return plan;
   SimOptions options;
   options.budget_bytes = budget_bytes;
   options.h2d_gbps = costs.bytesPerNs(Direction::kHostToDevice);
   options.d2h_gbps = costs.bytesPerNs(Direction::kDeviceToHost);
-  // Three iterations, the last measured: one to learn the pattern (run mixed, as delta did),
-  // one in the new mode (learned again for its times), then the one that counts.
+  // Three iterations, the last measured: one to learn the pattern (run as configured, as delta
+  // did), one run the planned way (learned again for its times), then the one that counts.
   options.iterations = 3;
   options.warmup = 2;
   PolicyConfig config;
@@ -106,28 +105,30 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
   std::int64_t best_ns = -1;
   // Delta chooses its mode; a forced variant keeps its own and chooses only the window.
   const DirectorMode all[] = {DirectorMode::kMixed, DirectorMode::kSwapOnly, DirectorMode::kRecomputeOnly};
-  const std::span<const DirectorMode> modes =
-      configured == DirectorMode::kMixed ? std::span<const DirectorMode>(all) : std::span<const DirectorMode>(&configured, 1);
+  const std::span<const DirectorMode> modes = configured == DirectorMode::kMixed
+                                                  ? std::span<const DirectorMode>(all)
+                                                  : std::span<const DirectorMode>(&configured, 1);
   plan.mode = configured;
   for (Prefetcher::Window window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet}) {
-  for (DirectorMode mode : modes) {
-    // As the planned policy will run: in its configured mode while it learns the iteration,
-    // then the candidate.
-    DeltaPolicy policy(config, configured);
-    policy.switchWhenLearned(mode, window);
-    const SimResult r = sim.run(policy);
-    const int m = static_cast<int>(mode), wi = static_cast<int>(window);
-    plan.predicted_ns[m][wi] = r.total_ns;
-    plan.over_budget_ops[m][wi] = r.over_budget_ops;
-    const bool better = best_ns < 0 || r.over_budget_ops < best_over ||
-                        (r.over_budget_ops == best_over && r.total_ns < best_ns);
-    if (better) {
-      best_ns = r.total_ns;
-      best_over = r.over_budget_ops;
-      plan.mode = mode;
-      plan.window = window;
+    for (DirectorMode mode : modes) {
+      // As the planned policy will run: as configured while it learns the iteration, then the
+      // candidate.
+      DeltaPolicy policy(config, configured);
+      policy.switchWhenLearned(mode, window);
+      const SimResult r = sim.run(policy);
+      const int m = static_cast<int>(mode);
+      const int wi = static_cast<int>(window);
+      plan.predicted_ns[m][wi] = r.total_ns;
+      plan.over_budget_ops[m][wi] = r.over_budget_ops;
+      const bool better = best_ns < 0 || r.over_budget_ops < best_over ||
+                          (r.over_budget_ops == best_over && r.total_ns < best_ns);
+      if (better) {
+        best_ns = r.total_ns;
+        best_over = r.over_budget_ops;
+        plan.mode = mode;
+        plan.window = window;
+      }
     }
-  }
   }
   plan.planned = true;
   return plan;

@@ -49,9 +49,11 @@ struct PlannedBuffer {
 struct Plan {
   DirectorMode mode = DirectorMode::kMixed;
   Prefetcher::Window window = Prefetcher::Window::kGross;
-  bool planned = false;  // false: no budget, no usable iteration; the mode stays mixed
-  // Predicted iteration time under each mode (indexed by DirectorMode); -1 when not replayed.
-  // Per mode and window (predicted_ns[mode][window]); -1 when not replayed.
+  // false: no budget, no usable iteration, or it fits the budget; the configured mode and the
+  // gross window stay.
+  bool planned = false;
+  // Predicted iteration time per candidate, predicted_ns[mode][window] (indexed by DirectorMode
+  // and Prefetcher::Window); -1 when not replayed.
   std::int64_t predicted_ns[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
   std::uint64_t over_budget_ops[3][2] = {};  // ops the replay ran over the budget
 };

@@ -34,8 +34,9 @@ struct PolicyConfig {
   // Buffers below this are chosen only when the larger ones do not free enough: evicting many
   // small buffers costs per-buffer overhead (map/unmap, a copy each) for little memory.
   std::uint64_t min_evict_bytes = 64u << 10;
-  // The memory budget the caller keeps, when it has one: delta plans its mode for each learned
-  // iteration within it (planner.h). 0: no planning, the director mixes swaps and recomputes.
+  // The memory budget the caller keeps, when it has one: delta and its variants plan each
+  // learned iteration within it (planner.h: the mode, how far ahead to make room). 0: no
+  // planning.
   std::uint64_t budget_bytes = 0;
 };
 

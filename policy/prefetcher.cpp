@@ -71,10 +71,9 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
   // window is never brought back, and frees nothing).
   std::int64_t net = 0;
   std::uint64_t peak = 0;
-  // The window's length is set as before this count was made net: by the gross count (every
-  // allocation, and a restore at each use of a swapped buffer). Letting the net count shorten
-  // the window too was measured: it protects fewer buffers needed soon (the horizon) and lost
-  // most of the gain (LSTM 70 %/12 GB/s 11.4 % instead of 2.2 %).
+  // The gross count (every allocation, and a restore at each use of a swapped buffer) sets the
+  // window's length with Window::kGross. The net one is shorter, and better or worse by
+  // workload (docs/policy.md: the CNNs gain, the LSTM loses).
   std::uint64_t gross = 0;
   std::int64_t restore_ns = 0;
   horizon_ns = 0;

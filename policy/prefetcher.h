@@ -21,14 +21,17 @@ class Prefetcher {
                             const BufferTable& table, const CostModel& costs,
                             const PrefetchRequest& request, std::span<Prefetch> out);
 
+  // What sets the length of upcomingBytes' window: copying out the gross bytes counted so far
+  // (every allocation, a restore at each use of a swapped buffer), or the net count itself
+  // (shorter: room is made later, and fewer buffers needed soon are protected). Which is better
+  // depends on the workload; delta's planner chooses (planner.h).
+  enum class Window : std::uint8_t { kGross, kNet };
+
   // Bytes the next launches need (their allocations and the restores of swapped buffers they
   // use, each restore once, net of the memory the window's launches free before the later
   // ones need it: the peak of that running sum, never negative), over the launches that come
-  // sooner than copying their gross bytes out plus restoring the swapped ones would take; the
-  // time that window covers goes to `horizon_ns`.
-  // `window`: what sets the window's length — the gross bytes (every allocation, a restore at
-  // each use of a swapped buffer) or the net count itself (shorter).
-  enum class Window : std::uint8_t { kGross, kNet };
+  // sooner than copying out the bytes `window` names plus restoring the swapped ones would
+  // take; the time that window covers goes to `horizon_ns`.
   static std::uint64_t upcomingBytes(const UseSchedule& schedule, std::uint32_t position,
                                      const BufferTable& table, const CostModel& costs,
                                      std::int64_t& horizon_ns, Window window = Window::kGross);
