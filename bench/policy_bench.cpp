@@ -144,7 +144,7 @@ void BM_SimulateDtrTrace(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(r.workload.ops.size()) * 3);
 }
 
-// Delta's planning step (planner.h): the learned iteration replayed under its three modes,
+// Delta's planning step (planner.h): the learned iteration replayed under its six candidates,
 // once per newly learned iteration. Per plan, for iterations of 2 x layers launches.
 void BM_Plan(benchmark::State& state) {
   const Workload w = synthetic(static_cast<int>(state.range(0)));

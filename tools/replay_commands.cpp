@@ -116,7 +116,7 @@ Replayed simulate(const Workload& w, const std::string& policy_name, const SimOp
   config.max_uses = static_cast<std::uint32_t>(uses) * 2;
   config.h2d_gbps = o.h2d_gbps;
   config.d2h_gbps = o.d2h_gbps;
-  config.budget_bytes = o.budget_bytes;  // delta plans its mode within it
+  config.budget_bytes = o.budget_bytes;  // delta and its variants plan within it
   const policy::UseSchedule future = w.schedule();
   policy::PolicyResult p = policy::makePolicy(policy_name, config, &future);
   policy::Simulator sim(w, o);
