@@ -161,7 +161,7 @@ TEST(PlannerChoose, NoBudgetNoIterationOrNoPressureNoPlan) {
   EXPECT_FALSE(Planner::choose(w, w.peakBytes(), costs).planned);  // it fits: nothing to plan
 }
 
-TEST(PlannerChoose, KeepsTheFastestModeAndIsDeterministic) {
+TEST(PlannerChoose, KeepsTheFastestCandidateAndIsDeterministic) {
   const Workload w = trainingWorkload(8, 64 * kMiB, 1'000'000);
   for (double gbps : {1.0, 12.0, 50.0}) {
     for (double share : {0.3, 0.5, 0.7}) {
