@@ -91,14 +91,7 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
   // did), one run the planned way (learned again for its times), then the one that counts.
   options.iterations = 3;
   options.warmup = 2;
-  PolicyConfig config;
-  std::size_t uses = 0;
-  for (const WorkloadOp& op : workload.ops) uses += op.allocs.size() + op.reads.size() + op.writes.size();
-  config.max_buffers = static_cast<std::uint32_t>(workload.buffers.size());
-  config.max_launches = static_cast<std::uint32_t>(workload.ops.size()) * 2;
-  config.max_uses = static_cast<std::uint32_t>(uses) * 2;
-  config.h2d_gbps = options.h2d_gbps;
-  config.d2h_gbps = options.d2h_gbps;
+  PolicyConfig config = policyConfigFor(workload, options);
   config.budget_bytes = 0;  // the replays do not plan in turn
   Simulator sim(workload, options);
   std::uint64_t best_over = 0;

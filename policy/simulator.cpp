@@ -11,6 +11,19 @@ constexpr std::size_t kMaxPrefetches = 32;
 const std::vector<BufferId> kNoInputs;
 }  // namespace
 
+PolicyConfig policyConfigFor(const Workload& workload, const SimOptions& options) {
+  std::size_t uses = 0;
+  for (const WorkloadOp& op : workload.ops) uses += op.allocs.size() + op.reads.size() + op.writes.size();
+  PolicyConfig config;
+  config.max_buffers = static_cast<std::uint32_t>(workload.buffers.size());
+  config.max_launches = static_cast<std::uint32_t>(workload.ops.size()) * 2;
+  config.max_uses = static_cast<std::uint32_t>(uses) * 2;
+  config.h2d_gbps = options.h2d_gbps;
+  config.d2h_gbps = options.d2h_gbps;
+  config.budget_bytes = options.budget_bytes;
+  return config;
+}
+
 Simulator::Simulator(const Workload& workload, const SimOptions& options)
     : workload_(workload), options_(options) {
   working_sets_.resize(workload.ops.size());

@@ -55,6 +55,11 @@ struct SimResult {
   std::uint64_t used_while_evicted = 0;  // invariant: always 0
 };
 
+// A policy configuration for replaying `workload` under `options`: sized for it (its buffers,
+// twice its launches and buffer uses, room to learn an iteration), the link as the first
+// estimate of the bandwidths, and the budget (delta plans within it).
+PolicyConfig policyConfigFor(const Workload& workload, const SimOptions& options);
+
 class Simulator {
  public:
   // `workload` must be valid (Workload::validate) and outlive the simulator.

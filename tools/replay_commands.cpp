@@ -108,17 +108,8 @@ struct Replayed {
 // budget (delta plans with it).
 Replayed simulate(const Workload& w, const std::string& policy_name, const SimOptions& o,
                   bool detailed_plan = false) {
-  policy::PolicyConfig config;
-  std::size_t uses = 0;
-  for (const auto& op : w.ops) uses += op.allocs.size() + op.reads.size() + op.writes.size();
-  config.max_buffers = static_cast<std::uint32_t>(w.buffers.size());
-  config.max_launches = static_cast<std::uint32_t>(w.ops.size()) * 2;
-  config.max_uses = static_cast<std::uint32_t>(uses) * 2;
-  config.h2d_gbps = o.h2d_gbps;
-  config.d2h_gbps = o.d2h_gbps;
-  config.budget_bytes = o.budget_bytes;  // delta and its variants plan within it
   const policy::UseSchedule future = w.schedule();
-  policy::PolicyResult p = policy::makePolicy(policy_name, config, &future);
+  policy::PolicyResult p = policy::makePolicy(policy_name, policy::policyConfigFor(w, o), &future);
   policy::Simulator sim(w, o);
   Replayed r{sim.run(*p.policy), {}};
   r.plan = planText(*p.policy, detailed_plan);
