@@ -188,26 +188,38 @@ TEST(PlannerChoose, KeepsTheFastestCandidateAndIsDeterministic) {
   }
 }
 
-TEST(PlannerChoose, SlowLinkCheapRecomputeIsNotSwapOnly) {
-  // Activations of 256 MiB made in 0.1 ms: moving one takes ~270 ms at 1 GB/s.
-  const Workload w = trainingWorkload(8, 256 * kMiB, 100'000);
-  const Plan p = Planner::choose(w, w.peakBytes() / 2, CostModel(1.0, 1.0));
+// Where one mode must lose: the planner must not choose it, and its replay must be slower by
+// at least `margin` times the chosen candidate's.
+struct MustLose {
+  const char* name;
+  std::uint64_t act_bytes;
+  std::int64_t fwd_ns;
+  double gbps;
+  DirectorMode loser;
+  std::int64_t margin;
+};
+
+class PlannerMustLose : public ::testing::TestWithParam<MustLose> {};
+
+TEST_P(PlannerMustLose, IsNotChosen) {
+  const MustLose& c = GetParam();
+  const Workload w = trainingWorkload(8, c.act_bytes, c.fwd_ns);
+  const Plan p = Planner::choose(w, w.peakBytes() / 2, CostModel(c.gbps, c.gbps));
   ASSERT_TRUE(p.planned);
-  EXPECT_NE(p.mode, DirectorMode::kSwapOnly);
-  const auto& swap = p.predicted_ns[static_cast<int>(DirectorMode::kSwapOnly)];
-  EXPECT_GT(std::min(swap[0], swap[1]), 2 * p.predicted_ns[static_cast<int>(p.mode)][static_cast<int>(p.window)]);
+  EXPECT_NE(p.mode, c.loser);
+  const auto& loser = p.predicted_ns[static_cast<int>(c.loser)];
+  EXPECT_GT(std::min(loser[0], loser[1]),
+            c.margin * p.predicted_ns[static_cast<int>(p.mode)][static_cast<int>(p.window)]);
 }
 
-TEST(PlannerChoose, FastLinkExpensiveRecomputeIsNotRecomputeOnly) {
-  // 50 ms to make each 16 MiB activation: its transfer (~0.3 ms at 50 GB/s) hides under compute.
-  const Workload w = trainingWorkload(8, 16 * kMiB, 50'000'000);
-  const Plan p = Planner::choose(w, w.peakBytes() / 2, CostModel(50.0, 50.0));
-  ASSERT_TRUE(p.planned);
-  EXPECT_NE(p.mode, DirectorMode::kRecomputeOnly);
-  const auto& recompute = p.predicted_ns[static_cast<int>(DirectorMode::kRecomputeOnly)];
-  EXPECT_GT(std::min(recompute[0], recompute[1]),
-            p.predicted_ns[static_cast<int>(p.mode)][static_cast<int>(p.window)]);
-}
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PlannerMustLose,
+    ::testing::Values(
+        // Activations of 256 MiB made in 0.1 ms: moving one takes ~270 ms at 1 GB/s.
+        MustLose{"slow_link_cheap_recompute", 256 * kMiB, 100'000, 1.0, DirectorMode::kSwapOnly, 2},
+        // 50 ms to make each 16 MiB activation: its transfer (~0.3 ms at 50 GB/s) hides.
+        MustLose{"fast_link_costly_recompute", 16 * kMiB, 50'000'000, 50.0, DirectorMode::kRecomputeOnly, 1}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 TEST(DeltaPlanning, PlansOnceTheIterationIsLearnedAndOnlyWithABudget) {
   const Workload w = trainingWorkload(8, 256 * kMiB, 100'000);
