@@ -274,6 +274,32 @@ TEST(AccessPattern, DetectsRepetitionWithoutMarkers) {
   EXPECT_EQ(p.pattern().schedule().nextUseNs(40, 0), kUnknownNs);
 }
 
+TEST(AccessPattern, ARepeatIsLearnedOnceUnlessAskedToLearnItAgain) {
+  AccessPattern pattern(8, 16, 64);
+  const BufferId ids[] = {0, 1};
+  auto iteration = [&](std::int64_t start, std::int64_t gap) {
+    pattern.onIteration(start);
+    for (int i = 0; i < 4; ++i) pattern.onLaunch({start + i * gap, 0, ids});
+  };
+  iteration(0, 1'000);
+  iteration(10'000, 1'000);
+  pattern.onIteration(20'000);
+  const std::uint32_t learned = pattern.generation();
+  EXPECT_EQ(pattern.schedule().offsetNs(3), 3'000);
+  iteration(20'000, 2'000);  // the same launches, slower: not learned again
+  pattern.onIteration(30'000);
+  EXPECT_EQ(pattern.generation(), learned);
+  EXPECT_EQ(pattern.schedule().offsetNs(3), 3'000);
+  pattern.relearnNext();  // the caller acts differently now: the times change
+  iteration(30'000, 2'000);
+  pattern.onIteration(40'000);
+  EXPECT_EQ(pattern.generation(), learned + 1);
+  EXPECT_EQ(pattern.schedule().offsetNs(3), 6'000);
+  iteration(40'000, 3'000);  // once only
+  pattern.onIteration(50'000);
+  EXPECT_EQ(pattern.generation(), learned + 1);
+}
+
 TEST(DeltaPolicy, LearnedNextUseOrdersVictims) {
   PolicyConfig config;
   config.max_buffers = 64;
