@@ -43,10 +43,9 @@ inline std::string readWholeFile(const std::string& path) {
   return text.str();
 }
 
-// Runs `argv` with this process's environment less any DELTA_*, CUDASIM_* or LD_PRELOAD
-// setting (only what the test sets counts), plus `extra` ("NAME=value"; "NAME=" sets nothing).
-inline ChildRun runChild(const std::vector<std::string>& argv,
-                         const std::vector<std::string>& extra) {
+// This process's environment less any DELTA_*, CUDASIM_* or LD_PRELOAD setting: a test's
+// child sees only what the test sets.
+inline std::vector<std::string> inheritedEnvironment() {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string entry = *e;
@@ -55,14 +54,28 @@ inline ChildRun runChild(const std::vector<std::string>& argv,
       continue;
     env.push_back(entry);
   }
+  return env;
+}
+
+// A null-terminated array of pointers into `strings`, for exec's argv and envp. `strings` must
+// outlive it unchanged.
+inline std::vector<char*> execArray(std::vector<std::string>& strings) {
+  std::vector<char*> array;
+  for (std::string& s : strings) array.push_back(s.data());
+  array.push_back(nullptr);
+  return array;
+}
+
+// Runs `argv` with the inherited environment (only what the test sets counts), plus `extra`
+// ("NAME=value"; "NAME=" sets nothing).
+inline ChildRun runChild(const std::vector<std::string>& argv,
+                         const std::vector<std::string>& extra) {
+  std::vector<std::string> env = inheritedEnvironment();
   for (const std::string& entry : extra)
     if (!entry.empty() && entry.back() != '=') env.push_back(entry);
-  std::vector<char*> envp, args;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
   std::vector<std::string> argvCopy = argv;
-  for (auto& a : argvCopy) args.push_back(a.data());
-  args.push_back(nullptr);
+  std::vector<char*> envp = execArray(env);
+  std::vector<char*> args = execArray(argvCopy);
 
   char outPath[] = "/tmp/delta-child-out-XXXXXX";
   char errPath[] = "/tmp/delta-child-err-XXXXXX";

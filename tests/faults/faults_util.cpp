@@ -17,33 +17,20 @@
 #include <sstream>
 #include <thread>
 
-extern char** environ;
+#include "tests/common/child_process.h"
 
 namespace delta::faults {
 namespace {
 
-std::vector<std::string> childEnvironment(const std::vector<std::string>& extra) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string entry = *e;
-    const std::string name = entry.substr(0, entry.find('='));
-    if (name.rfind("DELTA_", 0) == 0 || name.rfind("CUDASIM_", 0) == 0 || name == "LD_PRELOAD")
-      continue;
-    env.push_back(entry);
-  }
-  env.insert(env.end(), extra.begin(), extra.end());
-  return env;
-}
-
 // Forks and execs argv with stdout to `outFd`, stderr to `errFd`; returns the pid (-1: failed).
+// The environment is the inherited one plus options.env verbatim ("NAME=" sets NAME empty: the
+// bad-option tests need that).
 int spawn(const std::vector<std::string>& argv, const RunOptions& options, int outFd, int errFd) {
-  std::vector<std::string> env = childEnvironment(options.env);
-  std::vector<char*> envp, args;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  std::vector<std::string> env = delta::testing::inheritedEnvironment();
+  env.insert(env.end(), options.env.begin(), options.env.end());
   std::vector<std::string> argvCopy = argv;
-  for (auto& a : argvCopy) args.push_back(a.data());
-  args.push_back(nullptr);
+  std::vector<char*> envp = delta::testing::execArray(env);
+  std::vector<char*> args = delta::testing::execArray(argvCopy);
   const pid_t pid = fork();
   if (pid != 0) return pid;
   // The child: only async-signal-safe calls from here to exec.

@@ -43,20 +43,15 @@
 #include <thread>
 #include <vector>
 
+#include "tests/common/mix.h"
+
 namespace {
 
 // ---- the data functions: shared by the kernels (on device memory) and the shadow -------
 
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-
-uint64_t splitmix(uint64_t x) {
-  x += kGolden;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+using delta::testing::kGolden;
+using delta::testing::rotl;
+using delta::testing::splitmix;
 
 uint64_t load(const uint8_t* p) {
   uint64_t w;
