@@ -39,6 +39,8 @@
 #include <string_view>
 #include <vector>
 
+#include "size_arg.h"
+
 namespace {
 
 constexpr const char* kProgram = "train-cublas";
@@ -174,36 +176,8 @@ struct Options {
   std::exit(2);
 }
 
-bool parse_u64(std::string_view text, uint64_t* out) {
-  if (text.empty() || text.size() > 19) return false;
-  uint64_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    value = value * 10 + static_cast<uint64_t>(c - '0');
-  }
-  *out = value;
-  return true;
-}
-
-// "1073741824", "512K", "256M", "1G", "1GiB", "2gb": binary multiples.
-bool parse_size(std::string_view text, uint64_t* out) {
-  size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  uint64_t value = 0;
-  if (!parse_u64(text.substr(0, digits), &value) || value == 0) return false;
-  std::string suffix(text.substr(digits));
-  for (char& c : suffix) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  int shift = 0;
-  if (!suffix.empty() && suffix != "b") {
-    const size_t unit = std::string_view("kmgt").find(suffix[0]);
-    const std::string_view rest = std::string_view(suffix).substr(1);
-    if (unit == std::string_view::npos || !(rest.empty() || rest == "b" || rest == "ib")) return false;
-    shift = 10 * static_cast<int>(unit + 1);
-  }
-  if (value > (UINT64_MAX >> shift)) return false;
-  *out = value << shift;
-  return true;
-}
+using delta::workloads::parse_size;
+using delta::workloads::parse_u64;
 
 Options parse_options(int argc, char** argv) {
   Options options;

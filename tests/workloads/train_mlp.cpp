@@ -65,6 +65,7 @@
 #include <vector>
 
 #include "mlp_kernels.h"
+#include "size_arg.h"
 
 namespace {
 
@@ -418,33 +419,8 @@ void print_usage(FILE* out) {
   std::exit(2);
 }
 
-bool parse_u64(std::string_view text, uint64_t* out) {
-  if (text.empty()) return false;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out, 10);
-  return ec == std::errc() && end == text.data() + text.size();
-}
-
-// "1073741824", "512K", "256M", "1G", "1GiB", "2gb": binary multiples.
-bool parse_size(std::string_view text, uint64_t* out) {
-  size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  uint64_t value = 0;
-  if (!parse_u64(text.substr(0, digits), &value) || value == 0) return false;
-  std::string suffix(text.substr(digits));
-  for (char& c : suffix) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  int shift = 0;
-  if (!suffix.empty() && suffix != "b") {
-    const size_t unit = std::string_view("kmgt").find(suffix[0]);
-    const std::string_view rest = std::string_view(suffix).substr(1);
-    if (unit == std::string_view::npos || !(rest.empty() || rest == "b" || rest == "ib")) {
-      return false;
-    }
-    shift = 10 * static_cast<int>(unit + 1);
-  }
-  if (value > (UINT64_MAX >> shift)) return false;
-  *out = value << shift;
-  return true;
-}
+using delta::workloads::parse_size;
+using delta::workloads::parse_u64;
 
 // A count in [low, high] or a bad-argument exit naming the option.
 int parse_count(std::string_view name, std::string_view value, uint64_t low, uint64_t high) {
