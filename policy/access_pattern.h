@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "policy/use_schedule.h"
 
@@ -35,6 +36,9 @@ class AccessPattern {
   // The next complete iteration replaces the learned one even if it repeats it launch for
   // launch: its times changed (the policy acts differently now), not its launches.
   void relearnNext() { relearn_next_ = true; }
+  // The learned iteration, timed as `offsets_ns` (UseSchedule::retime): what its launches are
+  // expected to take from now on, when the caller knows better than the last iteration did.
+  bool retimeLearned(std::span<const std::int64_t> offsets_ns) { return learned_->retime(offsets_ns); }
 
  private:
   static constexpr std::uint32_t kMinPeriod = 8;

@@ -137,6 +137,7 @@ void DeltaPolicy::replan() {
   }
   const DirectorMode before = activeMode();
   const Prefetcher::Window window_before = activeWindow();
+  bool replayed = false;  // planned here: plan_ carries the chosen candidate's replay
   if (switch_pending_) {  // a planner's replay: switch as planned, plan nothing
     switch_pending_ = false;
     plan_.planned = true;
@@ -148,15 +149,46 @@ void DeltaPolicy::replan() {
     }
     plan_ = Planner::choose(Planner::workloadFrom(pattern_.schedule(), planned_, waited_at_),
                             config_.budget_bytes, costs_, mode_);
+    replayed = plan_.planned;
   }
   if (activeMode() == before && activeWindow() == window_before) return;
   director_ = Director(activeMode());
-  // The learned times are those of the iteration run in the old mode (its stalls, its
-  // recomputes), and the predictions of next uses and of the room to make ahead follow them.
-  // Learn the next iteration again, the first run in the new mode. The planner's replays do
-  // the same, so what it predicted is what happens.
+  // A new mode: what delta measured and learned so far is how the old mode's actions cost and
+  // timed the iteration, and priced by it the new mode's first iteration misjudges its own
+  // (ResNet-32 at 70 %, 50 GB/s: swap-only after a mixed first iteration made no room ahead,
+  // since evicting ahead looked dearer than the old mode's cheap urgent drops: 21 % overhead on
+  // that iteration, none after). The planner's replay ran the new mode on this very iteration:
+  // start where its measured iteration started, with its learned times and its measured costs.
+  // Not on a change of window alone: the actions stay the mode's and their costs, measured on
+  // the real run, stay too (adopting there as well was measured worse: DenseNet-121, whose
+  // costs drift from one iteration to the next).
+  if (replayed && activeMode() != before && pattern_.retimeLearned(plan_.learned_offsets_ns)) {
+    adoptOutcomes(plan_.outcomes);
+    return;
+  }
+  // A new window, or a planner's replay switching: the learned times are those of the
+  // iteration run the old way (its stalls, its recomputes), and the predictions of next uses
+  // and of the room to make ahead follow them. Learn the next iteration again, the first run
+  // the new way; the iteration after it is the one the planner's prediction is for.
   pattern_.relearnNext();
   relearning_ = true;
+}
+
+MeasuredOutcomes DeltaPolicy::measuredOutcomes() const {
+  MeasuredOutcomes m;
+  auto sums = [](const Outcome& o) { return MeasuredOutcomes::Sums{o.waited_ns, o.expected_ns}; };
+  for (std::uint32_t c = 0; c < kSwapClasses; ++c) m.swap[c] = sums(swap_outcome_[c]);
+  m.recompute = sums(recompute_outcome_);
+  m.urgent_price = sums(urgent_price_);
+  return m;
+}
+
+void DeltaPolicy::adoptOutcomes(const MeasuredOutcomes& m) {
+  // The sums decay from now on, as if measured just now (the replay's clock is not this one).
+  auto adopt = [this](Outcome& o, const MeasuredOutcomes::Sums& sums) { o = {sums.waited_ns, sums.expected_ns, now_ns_}; };
+  for (std::uint32_t c = 0; c < kSwapClasses; ++c) adopt(swap_outcome_[c], m.swap[c]);
+  adopt(recompute_outcome_, m.recompute);
+  adopt(urgent_price_, m.urgent_price);
 }
 
 double DeltaPolicy::rankKey(BufferId id, const BufferState& state) const {

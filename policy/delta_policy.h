@@ -13,7 +13,8 @@
 // from hurting: none that costs more per byte than the on-demand evictions have lately, and
 // none of a buffer brought back for a use still to come. With a budget (PolicyConfig), each
 // newly learned iteration is planned (planner.h): the mode and the window of upcomingBytes
-// that a replay of the iteration finds fastest. Costs as in policy.h; learning adds
+// that a replay of the iteration finds fastest; a new mode starts from the times and the
+// measured costs its replay had reached. Costs as in policy.h; learning adds
 // O(buffers of the launch) per launch, and a newly learned iteration re-ranks the resident
 // buffers once (O(n log n)); the outcome bookkeeping is O(1) per event.
 #pragma once
@@ -69,7 +70,11 @@ class DeltaPolicy : public Policy {
   static std::uint32_t swapClass(bool urgent, std::int64_t next_use_ns, std::int64_t h2d_ns);
   static constexpr std::uint32_t kSlackClasses = 4;
   static constexpr std::uint32_t kSwapClasses = 2 * kSlackClasses;
+  static_assert(kSwapClasses == MeasuredOutcomes::kSwapClasses);
   double recomputeFactor() const { return recompute_outcome_.ratio(1.0); }
+  // Everything above, as sums: for the planner, to hand a replay's measurements to the policy
+  // that switches to the replayed mode.
+  MeasuredOutcomes measuredOutcomes() const;
 
  protected:
   Rating rate(BufferId id, const BufferState& state, const EvictRequest& request) const override;
@@ -85,6 +90,7 @@ class DeltaPolicy : public Policy {
 
   void relearnIfChanged();
   void replan();
+  void adoptOutcomes(const MeasuredOutcomes& outcomes);
   void checkRestores(const Launch& launch);
   void closeOutcome(BufferId id, bool used);
   std::int64_t periodNs() const;

@@ -88,7 +88,8 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
   options.h2d_gbps = costs.bytesPerNs(Direction::kHostToDevice);
   options.d2h_gbps = costs.bytesPerNs(Direction::kDeviceToHost);
   // Three iterations, the last measured: one to learn the pattern (run as configured, as delta
-  // did), one run the planned way (learned again for its times), then the one that counts.
+  // did, or fresh in the candidate's mode), one run the planned way (learned again for its times
+  // when switched to), then the one that counts.
   options.iterations = 3;
   options.warmup = 2;
   PolicyConfig config = policyConfigFor(workload, options);
@@ -102,24 +103,33 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
                                                   ? std::span<const DirectorMode>(all)
                                                   : std::span<const DirectorMode>(&configured, 1);
   plan.mode = configured;
-  for (Prefetcher::Window window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet}) {
-    for (DirectorMode mode : modes) {
-      // As the planned policy will run: as configured while it learns the iteration, then the
-      // candidate.
-      DeltaPolicy policy(config, configured);
-      policy.switchWhenLearned(mode, window);
-      const SimResult r = sim.run(policy);
-      const int m = static_cast<int>(mode);
-      const int wi = static_cast<int>(window);
-      plan.predicted_ns[m][wi] = r.total_ns;
-      plan.over_budget_ops[m][wi] = r.over_budget_ops;
-      const bool better = best_ns < 0 || r.over_budget_ops < best_over ||
-                          (r.over_budget_ops == best_over && r.total_ns < best_ns);
-      if (better) {
+  for (PlanStart start : {PlanStart::kSwitched, PlanStart::kFresh}) {
+    for (Prefetcher::Window window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet}) {
+      for (DirectorMode mode : modes) {
+        // Fresh in the configured mode is what switching to it does: the same replay.
+        if (start == PlanStart::kFresh && mode == configured) continue;
+        DeltaPolicy policy(config, start == PlanStart::kFresh ? mode : configured);
+        policy.switchWhenLearned(mode, window);
+        const SimResult r = sim.run(policy);
+        const int s = static_cast<int>(start), m = static_cast<int>(mode), wi = static_cast<int>(window);
+        plan.predicted_ns[s][m][wi] = r.total_ns;
+        plan.over_budget_ops[s][m][wi] = r.over_budget_ops;
+        const bool better = best_ns < 0 || r.over_budget_ops < best_over ||
+                            (r.over_budget_ops == best_over && r.total_ns < best_ns);
+        if (!better) continue;
         best_ns = r.total_ns;
         best_over = r.over_budget_ops;
         plan.mode = mode;
         plan.window = window;
+        plan.start = start;
+        const UseSchedule& learned = policy.pattern().schedule();
+        plan.learned_offsets_ns.clear();
+        if (learned.ready() && learned.length() == workload.ops.size()) {
+          for (std::uint32_t pos = 0; pos <= learned.length(); ++pos) {
+            plan.learned_offsets_ns.push_back(learned.offsetNs(pos));
+          }
+        }
+        plan.outcomes = policy.measuredOutcomes();
       }
     }
   }

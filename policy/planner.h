@@ -8,8 +8,12 @@
 // and the other buffers of that launch as its inputs) and replays it on the policy's own model
 // of the GPU (the budget, the measured link) under each candidate: the modes mixed, swap-only
 // and recompute-only, each with the window that makes room ahead set by the gross or by the
-// net bytes (Prefetcher::Window). The fastest is kept until the iteration changes. A forced
-// variant (swap-only, recompute-only) keeps its mode and chooses only the window.
+// net bytes (Prefetcher::Window), and each reached two ways: switched to after an iteration
+// run as configured (as delta gets there), or run from a fresh start. The fastest is kept
+// until the iteration changes, and delta switching to its mode starts where the candidate's
+// measured iteration started in the replay: with the times it had learned and the costs it had
+// measured (the Plan carries them). A forced variant (swap-only, recompute-only) keeps its
+// mode and chooses only the window.
 //
 // Why: the director decides one buffer at a time from modelled and measured costs, and on some
 // workloads and links the mix it reaches is slower than one of the pure modes (swaps that cost
@@ -17,16 +21,20 @@
 // best made depends on the workload (the net window is better on the CNNs, the gross one on
 // the LSTM; docs/policy.md has the rows). A replay of the whole iteration sees what one decision
 // at a time cannot: how the choices add up on the link and in memory. Measured outcomes
-// (onWaited) still correct each decision within the chosen candidate.
+// (onWaited) still correct each decision within the chosen candidate. Why both starts: what a
+// mode learns in its own first iteration differs from what it learns after another mode's,
+// and on some workloads one is faster, on others the other (LSTM 50 % at 12 GB/s: fresh
+// recompute-only 8.2 % overhead, switched to 9.0; docs/policy.md).
 //
 // Cost: building the workload is O(launches + uses); each replay is the simulator's cost for
-// three iterations (learn, switch, measure), six replays for delta, two for a variant. It
+// three iterations (learn, switch, measure), ten replays for delta, two for a variant. It
 // allocates, so it runs only when a new iteration is learned (a stable loop: once), never per
 // launch; docs/policy.md gives the time.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "policy/cost_model.h"
 #include "policy/director.h"
@@ -46,16 +54,44 @@ struct PlannedBuffer {
   std::uint32_t lost_at = UseSchedule::kNoPos;
 };
 
+// What delta measured of its own actions (DeltaPolicy's outcome sums, per swap class, for
+// recomputes, and the price of urgent evictions), carried out of a replay.
+struct MeasuredOutcomes {
+  struct Sums {
+    double waited_ns = 0;
+    double expected_ns = 0;
+  };
+  static constexpr std::uint32_t kSwapClasses = 8;
+  Sums swap[kSwapClasses];
+  Sums recompute;
+  Sums urgent_price;  // expected_ns holds bytes: the urgent victims' cost per byte
+};
+
+// How a candidate's replay reaches its mode: run as configured while the iteration is learned,
+// then switched (as delta itself does), or in that mode from the start (its first iteration
+// learned the new mode's way: a fresh start).
+enum class PlanStart : std::uint8_t { kSwitched, kFresh };
+
 struct Plan {
   DirectorMode mode = DirectorMode::kMixed;
   Prefetcher::Window window = Prefetcher::Window::kGross;
+  PlanStart start = PlanStart::kSwitched;
   // false: no budget, no usable iteration, or it fits the budget; the configured mode and the
   // gross window stay.
   bool planned = false;
-  // Predicted iteration time per candidate, predicted_ns[mode][window] (indexed by DirectorMode
-  // and Prefetcher::Window); -1 when not replayed.
-  std::int64_t predicted_ns[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
-  std::uint64_t over_budget_ops[3][2] = {};  // ops the replay ran over the budget
+  // Predicted iteration time per candidate, predicted_ns[start][mode][window] (indexed by
+  // PlanStart, DirectorMode and Prefetcher::Window); -1 when not replayed.
+  std::int64_t predicted_ns[2][3][2] = {{{-1, -1}, {-1, -1}, {-1, -1}}, {{-1, -1}, {-1, -1}, {-1, -1}}};
+  std::uint64_t over_budget_ops[2][3][2] = {};  // ops the replay ran over the budget
+  std::int64_t chosenNs() const {
+    return predicted_ns[static_cast<int>(start)][static_cast<int>(mode)][static_cast<int>(window)];
+  }
+  // Where the chosen candidate's measured iteration started in its replay, for a policy that
+  // switches to its mode: the iteration as the replay had learned it, run the new way (each
+  // launch's time offset, then the duration; empty when not planned), and what the replay had
+  // measured of the new mode's actions (at the end of the run: as good an estimate).
+  std::vector<std::int64_t> learned_offsets_ns;
+  MeasuredOutcomes outcomes;
 };
 
 class Planner {

@@ -91,6 +91,13 @@ void UseSchedule::finish(std::int64_t duration_ns) {
   ready_ = true;
 }
 
+bool UseSchedule::retime(std::span<const std::int64_t> offsets_ns) {
+  if (!ready_ || offsets_ns.size() != static_cast<std::size_t>(length_) + 1) return false;
+  std::copy(offsets_ns.begin(), offsets_ns.end() - 1, time_.begin());
+  duration_ns_ = std::max(offsets_ns.back(), length_ ? time_[length_ - 1] : 0);
+  return true;
+}
+
 std::span<const BufferId> UseSchedule::buffersAt(std::uint32_t pos) const {
   if (pos >= length_) return {};
   return {launch_ids_.data() + launch_begin_[pos], launch_begin_[pos + 1] - launch_begin_[pos]};

@@ -30,6 +30,10 @@ class UseSchedule {
   void addFree(BufferId id, std::uint64_t bytes = 0);
   // Closes the iteration: `duration_ns` is the iteration's length; builds the per-buffer index.
   void finish(std::int64_t duration_ns);
+  // Replaces the launches' time offsets and the duration (offsets_ns: length() + 1 entries, the
+  // last the duration) and keeps everything else: the same launches, timed another way. False,
+  // and nothing changes, when the lengths differ or the schedule is not ready.
+  bool retime(std::span<const std::int64_t> offsets_ns);
 
   bool ready() const { return ready_; }
   bool overflowed() const { return overflowed_; }

@@ -75,25 +75,30 @@ std::string checkPolicy(const std::string& name) {
 }
 
 // What delta (or a variant) planned (policy/planner.h): its mode, "/net" when it makes room
-// ahead by the net window; "" for other policies or when it did not plan. `detailed` adds the
-// predicted iteration time of every candidate replayed.
+// ahead by the net window, "/fresh" when the candidate replayed started in its mode; "" for
+// other policies or when it did not plan. `detailed` adds the predicted iteration time of
+// every candidate replayed.
 std::string planText(const policy::Policy& policy, bool detailed) {
   const auto* delta = dynamic_cast<const policy::DeltaPolicy*>(&policy);
   if (delta == nullptr || !delta->plan().planned) return {};
   static constexpr std::string_view kModes[] = {"mixed", "swap-only", "recompute-only"};
   static constexpr std::string_view kWindows[] = {"", "/net"};
+  static constexpr std::string_view kStarts[] = {"", "/fresh"};
   const policy::Plan& plan = delta->plan();
-  std::string text = std::string(kModes[static_cast<int>(plan.mode)]) +
-                     std::string(kWindows[static_cast<int>(plan.window)]);
+  auto name = [&](int s, int m, int w) { return fmt::format("{}{}{}", kModes[m], kWindows[w], kStarts[s]); };
+  std::string text =
+      name(static_cast<int>(plan.start), static_cast<int>(plan.mode), static_cast<int>(plan.window));
   if (!detailed) return text;
   text += " (predicted per iteration:";
   bool first = true;
-  for (int w = 0; w < 2; ++w) {
-    for (int m = 0; m < 3; ++m) {
-      if (plan.predicted_ns[m][w] < 0) continue;  // not a candidate
-      text += fmt::format("{} {}{} {:.2f} ms", first ? "" : ",", kModes[m], kWindows[w],
-                          static_cast<double>(plan.predicted_ns[m][w]) / 1e6);
-      first = false;
+  for (int s = 0; s < 2; ++s) {
+    for (int w = 0; w < 2; ++w) {
+      for (int m = 0; m < 3; ++m) {
+        if (plan.predicted_ns[s][m][w] < 0) continue;  // not a candidate
+        text += fmt::format("{} {} {:.2f} ms", first ? "" : ",", name(s, m, w),
+                            static_cast<double>(plan.predicted_ns[s][m][w]) / 1e6);
+        first = false;
+      }
     }
   }
   return text + ")";
@@ -217,7 +222,8 @@ int sweepCommand(const std::vector<std::string>& args) {
         "  --csv             CSV: trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,\n"
         "                    h2d_bytes,d2h_bytes,recompute_ns,stall_ns,over_budget_ops,swaps,\n"
         "                    drops,prefetches,plan (what delta or its variant planned: the\n"
-        "                    mode, /net for the net window; empty when it did not plan)\n"
+        "                    mode, /net for the net window, /fresh when replayed from a\n"
+        "                    fresh start in that mode; empty when it did not plan)\n"
         "{}",
         kSimHelp);
     return 0;

@@ -169,21 +169,29 @@ TEST(PlannerChoose, KeepsTheFastestCandidateAndIsDeterministic) {
       const Plan p = Planner::choose(w, budget, CostModel(gbps, gbps));
       const std::string where = std::to_string(share) + " of peak at " + std::to_string(gbps) + " GB/s";
       ASSERT_TRUE(p.planned) << where;
-      const int cm = static_cast<int>(p.mode), cw = static_cast<int>(p.window);
-      for (int m = 0; m < 3; ++m) {
-        for (int win = 0; win < 2; ++win) {
-          EXPECT_GT(p.predicted_ns[m][win], 0) << where;
-          // Fewer ops over the budget first, then the shorter time.
-          EXPECT_LE(p.over_budget_ops[cm][cw], p.over_budget_ops[m][win]) << where;
-          if (p.over_budget_ops[cm][cw] == p.over_budget_ops[m][win]) {
-            EXPECT_LE(p.predicted_ns[cm][cw], p.predicted_ns[m][win]) << where;
+      const int cs = static_cast<int>(p.start), cm = static_cast<int>(p.mode), cw = static_cast<int>(p.window);
+      for (int s = 0; s < 2; ++s) {
+        for (int m = 0; m < 3; ++m) {
+          for (int win = 0; win < 2; ++win) {
+            // Every candidate but a fresh start in the configured mode (the switched one).
+            if (s == 1 && m == 0) {
+              EXPECT_EQ(p.predicted_ns[s][m][win], -1) << where;
+              continue;
+            }
+            EXPECT_GT(p.predicted_ns[s][m][win], 0) << where;
+            // Fewer ops over the budget first, then the shorter time.
+            EXPECT_LE(p.over_budget_ops[cs][cm][cw], p.over_budget_ops[s][m][win]) << where;
+            if (p.over_budget_ops[cs][cm][cw] == p.over_budget_ops[s][m][win]) {
+              EXPECT_LE(p.chosenNs(), p.predicted_ns[s][m][win]) << where;
+            }
           }
         }
       }
       const Plan again = Planner::choose(w, budget, CostModel(gbps, gbps));
       EXPECT_EQ(again.mode, p.mode) << where;
       EXPECT_EQ(again.window, p.window) << where;
-      EXPECT_EQ(again.predicted_ns[0][0], p.predicted_ns[0][0]) << where;
+      EXPECT_EQ(again.start, p.start) << where;
+      EXPECT_EQ(again.chosenNs(), p.chosenNs()) << where;
     }
   }
 }
@@ -207,9 +215,10 @@ TEST_P(PlannerMustLose, IsNotChosen) {
   const Plan p = Planner::choose(w, w.peakBytes() / 2, CostModel(c.gbps, c.gbps));
   ASSERT_TRUE(p.planned);
   EXPECT_NE(p.mode, c.loser);
-  const auto& loser = p.predicted_ns[static_cast<int>(c.loser)];
-  EXPECT_GT(std::min(loser[0], loser[1]),
-            c.margin * p.predicted_ns[static_cast<int>(p.mode)][static_cast<int>(p.window)]);
+  for (const auto& by_start : p.predicted_ns) {
+    const auto& loser = by_start[static_cast<int>(c.loser)];
+    EXPECT_GT(std::min(loser[0], loser[1]), c.margin * p.chosenNs());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -244,14 +253,18 @@ TEST(DeltaPlanning, PlansOnceTheIterationIsLearnedAndOnlyWithABudget) {
   Simulator(w, o).run(swap_only);
   EXPECT_TRUE(swap_only.plan().planned);
   EXPECT_EQ(swap_only.activeMode(), DirectorMode::kSwapOnly);
-  EXPECT_EQ(swap_only.plan().predicted_ns[static_cast<int>(DirectorMode::kMixed)][0], -1);
-  EXPECT_GT(swap_only.plan().predicted_ns[static_cast<int>(DirectorMode::kSwapOnly)][1], 0);
+  const auto& switched = swap_only.plan().predicted_ns[static_cast<int>(PlanStart::kSwitched)];
+  EXPECT_EQ(switched[static_cast<int>(DirectorMode::kMixed)][0], -1);
+  EXPECT_GT(switched[static_cast<int>(DirectorMode::kSwapOnly)][1], 0);
+  // Fresh in its own mode is the same replay as switched to it: not replayed twice.
+  EXPECT_EQ(swap_only.plan().predicted_ns[static_cast<int>(PlanStart::kFresh)][static_cast<int>(DirectorMode::kSwapOnly)][1], -1);
 }
 
 TEST(DeltaPlanning, WhatThePlannerPredictedIsWhatTheIterationsAfterItCost) {
   // The planner replays the learned iteration as delta will run it (mixed while learning, then
-  // the mode, learned again): on a workload it rebuilds exactly, its prediction for the chosen
-  // mode is the time of the third iteration of the real run.
+  // the candidate, from where the candidate's replay started its measured iteration): on a
+  // workload it rebuilds exactly, its prediction for the chosen candidate is the time of the
+  // third iteration of the real run.
   const Workload w = trainingWorkload(8, 64 * kMiB, 1'000'000);
   for (double gbps : {1.0, 12.0, 50.0}) {
     SimOptions o;
@@ -262,10 +275,57 @@ TEST(DeltaPlanning, WhatThePlannerPredictedIsWhatTheIterationsAfterItCost) {
     DeltaPolicy delta(configFor(w, o.budget_bytes, gbps), DirectorMode::kMixed);
     const SimResult r = Simulator(w, o).run(delta);
     ASSERT_TRUE(delta.plan().planned) << gbps;
-    const std::int64_t predicted =
-        delta.plan().predicted_ns[static_cast<int>(delta.plan().mode)][static_cast<int>(delta.plan().window)];
+    const std::int64_t predicted = delta.plan().chosenNs();
     EXPECT_NEAR(static_cast<double>(r.total_ns), static_cast<double>(predicted), 0.02 * static_cast<double>(predicted))
         << gbps << " GB/s, mode " << static_cast<int>(delta.plan().mode);
+  }
+}
+
+TEST(DeltaPlanning, ANewModeStartsWhereItsReplayedIterationStarted) {
+  // What delta learned and measured while learning the iteration describes the old mode. At a
+  // switch of mode it takes the times and the measured costs of the new mode's replay; at a
+  // change of window alone it keeps its own and learns the next iteration again.
+  struct Case {
+    std::uint64_t act_bytes;
+    std::int64_t fwd_ns;
+    double share;
+    DirectorMode mode;
+    Prefetcher::Window window;
+  };
+  for (const Case& c : {Case{256 * kMiB, 100'000, 0.3, DirectorMode::kSwapOnly, Prefetcher::Window::kGross},
+                        Case{64 * kMiB, 5'000'000, 0.5, DirectorMode::kMixed, Prefetcher::Window::kNet}}) {
+    const Workload w = trainingWorkload(8, c.act_bytes, c.fwd_ns);
+    SimOptions o;
+    o.budget_bytes = static_cast<std::uint64_t>(c.share * static_cast<double>(w.peakBytes()));
+    o.h2d_gbps = o.d2h_gbps = 12.0;
+    o.iterations = 1;
+    o.warmup = 0;
+    DeltaPolicy delta(configFor(w, o.budget_bytes, 12.0), DirectorMode::kMixed);
+    const SimResult first = Simulator(w, o).run(delta);
+    EXPECT_FALSE(delta.plan().planned);
+    delta.onIteration(first.total_ns);  // the second iteration begins: the first is learned
+    const Plan& plan = delta.plan();
+    ASSERT_TRUE(plan.planned);
+    ASSERT_EQ(plan.mode, c.mode);  // the cases are chosen for this
+    ASSERT_EQ(plan.window, c.window);
+    const UseSchedule& learned = delta.pattern().schedule();
+    ASSERT_EQ(plan.learned_offsets_ns.size(), learned.length() + 1u);
+    const MeasuredOutcomes now = delta.measuredOutcomes();
+    if (c.mode != DirectorMode::kMixed) {
+      for (std::uint32_t pos = 0; pos <= learned.length(); ++pos) {
+        EXPECT_EQ(learned.offsetNs(pos), plan.learned_offsets_ns[pos]) << pos;
+      }
+      for (std::uint32_t k = 0; k < MeasuredOutcomes::kSwapClasses; ++k) {
+        EXPECT_EQ(now.swap[k].waited_ns, plan.outcomes.swap[k].waited_ns) << k;
+        EXPECT_EQ(now.swap[k].expected_ns, plan.outcomes.swap[k].expected_ns) << k;
+      }
+      EXPECT_EQ(now.recompute.expected_ns, plan.outcomes.recompute.expected_ns);
+      EXPECT_EQ(now.urgent_price.waited_ns, plan.outcomes.urgent_price.waited_ns);
+      EXPECT_EQ(now.urgent_price.expected_ns, plan.outcomes.urgent_price.expected_ns);
+    } else {
+      EXPECT_EQ(learned.durationNs(), first.total_ns);  // the real iteration's times
+      EXPECT_NE(learned.durationNs(), plan.learned_offsets_ns.back());
+    }
   }
 }
 

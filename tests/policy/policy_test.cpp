@@ -300,6 +300,24 @@ TEST(AccessPattern, ARepeatIsLearnedOnceUnlessAskedToLearnItAgain) {
   EXPECT_EQ(pattern.generation(), learned + 1);
 }
 
+TEST(AccessPattern, ALearnedIterationCanBeRetimedNotReshaped) {
+  AccessPattern pattern(8, 16, 64);
+  const BufferId ids[] = {0, 1};
+  for (std::int64_t start : {0, 10'000}) {
+    pattern.onIteration(start);
+    for (int i = 0; i < 4; ++i) pattern.onLaunch({start + i * 1'000, 0, ids});
+  }
+  pattern.onIteration(20'000);
+  const std::uint32_t learned = pattern.generation();
+  const std::int64_t times[] = {0, 2'000, 4'000, 6'000, 15'000};  // four launches, then the end
+  EXPECT_FALSE(pattern.retimeLearned(std::span(times, 4)));  // not this iteration's length
+  EXPECT_EQ(pattern.schedule().offsetNs(3), 3'000);
+  ASSERT_TRUE(pattern.retimeLearned(times));
+  EXPECT_EQ(pattern.schedule().offsetNs(3), 6'000);
+  EXPECT_EQ(pattern.schedule().durationNs(), 15'000);
+  EXPECT_EQ(pattern.generation(), learned);  // the same launches: predictions keep their index
+}
+
 TEST(DeltaPolicy, LearnedNextUseOrdersVictims) {
   PolicyConfig config;
   config.max_buffers = 64;
