@@ -80,8 +80,11 @@ struct Plan {
   // gross window stay.
   bool planned = false;
   // Predicted iteration time per candidate, predicted_ns[start][mode][window] (indexed by
-  // PlanStart, DirectorMode and Prefetcher::Window); -1 when not replayed.
+  // PlanStart, DirectorMode and Prefetcher::Window); kNotReplayed, or kGaveUp for a replay cut
+  // short (its three iterations took over kGiveUpFactor times those of the shortest replay).
   std::int64_t predicted_ns[2][3][2] = {{{-1, -1}, {-1, -1}, {-1, -1}}, {{-1, -1}, {-1, -1}, {-1, -1}}};
+  static constexpr std::int64_t kNotReplayed = -1;
+  static constexpr std::int64_t kGaveUp = -2;
   std::uint64_t over_budget_ops[2][3][2] = {};  // ops the replay ran over the budget
   std::int64_t chosenNs() const {
     return predicted_ns[static_cast<int>(start)][static_cast<int>(mode)][static_cast<int>(window)];
@@ -96,6 +99,10 @@ struct Plan {
 
 class Planner {
  public:
+  // A replay whose three iterations take this many times those of the shortest replay so far
+  // is cut short (Plan::kGaveUp): its third iteration cannot plausibly be the fastest.
+  static constexpr std::int64_t kGiveUpFactor = 4;
+
   // The learned iteration as a workload. `buffers` is indexed by buffer id; `waited_ns` by
   // launch position (what each launch waited for memory, restores and recomputes).
   static Workload workloadFrom(const UseSchedule& schedule, std::span<const PlannedBuffer> buffers,

@@ -80,7 +80,11 @@ SimResult Simulator::run(Policy& policy) {
       t_start = t_compute_;
     }
     if (options_.iteration_markers) policy.onIteration(t_compute_);
-    for (std::size_t i = 0; i < workload_.ops.size(); ++i) step(i);
+    for (std::size_t i = 0; i < workload_.ops.size() && !r_.gave_up; ++i) {
+      step(i);
+      r_.gave_up = options_.give_up_after_ns > 0 && t_compute_ > options_.give_up_after_ns;
+    }
+    if (r_.gave_up) break;
     for (BufferId b = 0; b < bufs_.size(); ++b) {
       if (bufs_[b].live && !workload_.buffers[b].persistent) programFree(b, t_compute_);
     }
@@ -88,6 +92,7 @@ SimResult Simulator::run(Policy& policy) {
   const std::uint32_t measured = options_.iterations - warmup;
   SimResult r = r_;
   r.total_ns = t_compute_ - t_start;
+  r.run_ns = t_compute_;
   r.compute_ns = workload_.computeNs() * measured;
   r.recompute_ns -= start.recompute_ns;
   r.h2d_bytes -= start.h2d_bytes;

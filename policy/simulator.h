@@ -36,6 +36,9 @@ struct SimOptions {
   std::uint32_t iterations = 3;
   std::uint32_t warmup = 1;
   bool iteration_markers = true;  // tell the policy where iterations start
+  // Stop once the simulated clock (warm-up included) passes this, and say so (SimResult::
+  // gave_up); 0: never. For callers that only need to know whether a run beats another.
+  std::int64_t give_up_after_ns = 0;
 };
 
 struct SimResult {
@@ -53,6 +56,8 @@ struct SimResult {
   std::uint64_t prefetches = 0;
   std::uint64_t over_budget_ops = 0;
   std::uint64_t used_while_evicted = 0;  // invariant: always 0
+  std::int64_t run_ns = 0;        // the whole run, warm-up included
+  bool gave_up = false;           // stopped at give_up_after_ns: the other figures are partial
 };
 
 // A policy configuration for replaying `workload` under `options`: sized for it (its buffers,
@@ -66,6 +71,7 @@ class Simulator {
   Simulator(const Workload& workload, const SimOptions& options);
 
   SimResult run(Policy& policy);
+  void setGiveUpAfter(std::int64_t ns) { options_.give_up_after_ns = ns; }
 
  private:
   enum class State : std::uint8_t { kAbsent, kResident, kSwappingOut, kSwapped, kSwappingIn, kDropped };

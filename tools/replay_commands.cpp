@@ -94,9 +94,11 @@ std::string planText(const policy::Policy& policy, bool detailed) {
   for (int s = 0; s < 2; ++s) {
     for (int w = 0; w < 2; ++w) {
       for (int m = 0; m < 3; ++m) {
-        if (plan.predicted_ns[s][m][w] < 0) continue;  // not a candidate
-        text += fmt::format("{} {} {:.2f} ms", first ? "" : ",", name(s, m, w),
-                            static_cast<double>(plan.predicted_ns[s][m][w]) / 1e6);
+        const std::int64_t ns = plan.predicted_ns[s][m][w];
+        if (ns == policy::Plan::kNotReplayed) continue;
+        text += ns == policy::Plan::kGaveUp
+                    ? fmt::format("{} {} too slow", first ? "" : ",", name(s, m, w))
+                    : fmt::format("{} {} {:.2f} ms", first ? "" : ",", name(s, m, w), static_cast<double>(ns) / 1e6);
         first = false;
       }
     }

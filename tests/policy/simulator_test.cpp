@@ -120,6 +120,23 @@ Workload recomputeWins() {
   return b.take();
 }
 
+TEST(Simulator, GivesUpOnlyPastItsLimit) {
+  const Workload w = trainingWorkload(6, 64 * kMiB, 1'000'000);
+  SimOptions o;
+  o.budget_bytes = w.peakBytes() / 2;
+  const SimResult full = replay(w, "delta", o);
+  EXPECT_FALSE(full.gave_up);
+  EXPECT_GE(full.run_ns, 3 * w.computeNs());  // three iterations, warm-up included
+  EXPECT_GT(full.run_ns, full.total_ns);
+  o.give_up_after_ns = full.run_ns;  // reached, not passed
+  EXPECT_FALSE(replay(w, "delta", o).gave_up);
+  o.give_up_after_ns = full.run_ns / 3;
+  const SimResult cut = replay(w, "delta", o);
+  EXPECT_TRUE(cut.gave_up);
+  EXPECT_GT(cut.run_ns, o.give_up_after_ns);
+  EXPECT_LT(cut.run_ns, full.run_ns);  // it stopped there
+}
+
 TEST(Simulator, SwapMustWin) {
   const Workload w = swapWins();
   SimOptions o;
