@@ -105,10 +105,16 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
                                                   : std::span<const DirectorMode>(&configured, 1);
   plan.mode = configured;
   for (PlanStart start : {PlanStart::kSwitched, PlanStart::kFresh}) {
-    for (Prefetcher::Window window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet}) {
+    for (Prefetcher::Window window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet, Prefetcher::Window::kNone}) {
       for (DirectorMode mode : modes) {
         // Fresh in the configured mode is what switching to it does: the same replay.
         if (start == PlanStart::kFresh && mode == configured) continue;
+        // Room made ahead lets copies out overlap compute. Recompute-only has none to overlap;
+        // whether it should still drop ahead (choosing earlier, by the window's protection) or
+        // only when memory is needed depends on the workload. With swaps, evicting only on
+        // demand put every copy out on the critical path, and what it gained in the first
+        // iterations it lost in the steady state (docs/policy.md): not a candidate there.
+        if (window == Prefetcher::Window::kNone && mode != DirectorMode::kRecomputeOnly) continue;
         DeltaPolicy policy(config, start == PlanStart::kFresh ? mode : configured);
         policy.switchWhenLearned(mode, window);
         // A run many times longer than the shortest so far cannot have the fastest third

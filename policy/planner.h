@@ -8,9 +8,10 @@
 // and the other buffers of that launch as its inputs) and replays it on the policy's own model
 // of the GPU (the budget, the measured link) under each candidate: the modes mixed, swap-only
 // and recompute-only, each with the window that makes room ahead set by the gross or by the
-// net bytes (Prefetcher::Window), and each reached two ways: switched to after an iteration
-// run as configured (as delta gets there), or run from a fresh start. The fastest is kept
-// until the iteration changes, and delta switching to its mode starts where the candidate's
+// net bytes (Prefetcher::Window; recompute-only also with no room made ahead, dropping only
+// when memory is needed), and each reached two ways: switched to after an iteration run as
+// configured (as delta gets there), or run from a fresh start. The fastest is kept until the
+// iteration changes, and delta switching to its mode starts where the candidate's
 // measured iteration started in the replay: with the times it had learned and the costs it had
 // measured (the Plan carries them). A forced variant (swap-only, recompute-only) keeps its
 // mode and chooses only the window.
@@ -27,7 +28,8 @@
 // recompute-only 8.2 % overhead, switched to 9.0; docs/policy.md).
 //
 // Cost: building the workload is O(launches + uses); each replay is the simulator's cost for
-// three iterations (learn, switch, measure), ten replays for delta, two for a variant. It
+// three iterations (learn, switch, measure), twelve replays for delta, two for swap-only and
+// three for recompute-only (the slowest cut short: Planner::kGiveUpFactor). It
 // allocates, so it runs only when a new iteration is learned (a stable loop: once), never per
 // launch; docs/policy.md gives the time.
 #pragma once
@@ -82,10 +84,11 @@ struct Plan {
   // Predicted iteration time per candidate, predicted_ns[start][mode][window] (indexed by
   // PlanStart, DirectorMode and Prefetcher::Window); kNotReplayed, or kGaveUp for a replay cut
   // short (its three iterations took over kGiveUpFactor times those of the shortest replay).
-  std::int64_t predicted_ns[2][3][2] = {{{-1, -1}, {-1, -1}, {-1, -1}}, {{-1, -1}, {-1, -1}, {-1, -1}}};
+  std::int64_t predicted_ns[2][3][Prefetcher::kWindows] = {{{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}},
+                                                          {{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}}};
   static constexpr std::int64_t kNotReplayed = -1;
   static constexpr std::int64_t kGaveUp = -2;
-  std::uint64_t over_budget_ops[2][3][2] = {};  // ops the replay ran over the budget
+  std::uint64_t over_budget_ops[2][3][Prefetcher::kWindows] = {};  // ops the replay ran over the budget
   std::int64_t chosenNs() const {
     return predicted_ns[static_cast<int>(start)][static_cast<int>(mode)][static_cast<int>(window)];
   }

@@ -77,6 +77,7 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
   std::uint64_t gross = 0;
   std::int64_t restore_ns = 0;
   horizon_ns = 0;
+  if (window == Window::kNone) return 0;
   const std::uint32_t len = schedule.length();
   const std::uint32_t p0 = std::min(position, len);
   // Order of a position within the window (positions below p0 come after the wrap).

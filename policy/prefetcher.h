@@ -23,9 +23,12 @@ class Prefetcher {
 
   // What sets the length of upcomingBytes' window: copying out the gross bytes counted so far
   // (every allocation, a restore at each use of a swapped buffer), or the net count itself
-  // (shorter: room is made later, and fewer buffers needed soon are protected). Which is better
-  // depends on the workload; delta's planner chooses (planner.h).
-  enum class Window : std::uint8_t { kGross, kNet };
+  // (shorter: room is made later, and fewer buffers needed soon are protected); or no window:
+  // no room made ahead, every eviction waits until memory is needed (a drop frees its memory
+  // at once; evicting early only chooses earlier, with less known). Which is better depends on
+  // the workload; delta's planner chooses (planner.h).
+  enum class Window : std::uint8_t { kGross, kNet, kNone };
+  static constexpr int kWindows = 3;
 
   // Bytes the next launches need (their allocations and the restores of swapped buffers they
   // use, each restore once, net of the memory the window's launches free before the later

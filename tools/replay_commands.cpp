@@ -75,14 +75,14 @@ std::string checkPolicy(const std::string& name) {
 }
 
 // What delta (or a variant) planned (policy/planner.h): its mode, "/net" when it makes room
-// ahead by the net window, "/fresh" when the candidate replayed started in its mode; "" for
-// other policies or when it did not plan. `detailed` adds the predicted iteration time of
-// every candidate replayed.
+// ahead by the net window, "/on-demand" when it makes none, "/fresh" when the candidate
+// replayed started in its mode; "" for other policies or when it did not plan. `detailed` adds
+// the predicted iteration time of every candidate replayed.
 std::string planText(const policy::Policy& policy, bool detailed) {
   const auto* delta = dynamic_cast<const policy::DeltaPolicy*>(&policy);
   if (delta == nullptr || !delta->plan().planned) return {};
   static constexpr std::string_view kModes[] = {"mixed", "swap-only", "recompute-only"};
-  static constexpr std::string_view kWindows[] = {"", "/net"};
+  static constexpr std::string_view kWindows[] = {"", "/net", "/on-demand"};
   static constexpr std::string_view kStarts[] = {"", "/fresh"};
   const policy::Plan& plan = delta->plan();
   auto name = [&](int s, int m, int w) { return fmt::format("{}{}{}", kModes[m], kWindows[w], kStarts[s]); };
@@ -92,7 +92,7 @@ std::string planText(const policy::Policy& policy, bool detailed) {
   text += " (predicted per iteration:";
   bool first = true;
   for (int s = 0; s < 2; ++s) {
-    for (int w = 0; w < 2; ++w) {
+    for (int w = 0; w < policy::Prefetcher::kWindows; ++w) {
       for (int m = 0; m < 3; ++m) {
         const std::int64_t ns = plan.predicted_ns[s][m][w];
         if (ns == policy::Plan::kNotReplayed) continue;
@@ -224,8 +224,9 @@ int sweepCommand(const std::vector<std::string>& args) {
         "  --csv             CSV: trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,\n"
         "                    h2d_bytes,d2h_bytes,recompute_ns,stall_ns,over_budget_ops,swaps,\n"
         "                    drops,prefetches,plan (what delta or its variant planned: the\n"
-        "                    mode, /net for the net window, /fresh when replayed from a\n"
-        "                    fresh start in that mode; empty when it did not plan)\n"
+        "                    mode, /net for the net window, /on-demand for no room made\n"
+        "                    ahead, /fresh when replayed from a fresh start in that mode;\n"
+        "                    empty when it did not plan)\n"
         "{}",
         kSimHelp);
     return 0;

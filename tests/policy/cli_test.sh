@@ -52,14 +52,14 @@ done
 "$bin" replay --policy delta --budget 70% "$fx" >"$tmp/out" 2>&1 &&
   grep -q '^overhead' "$tmp/out" || { echo "FAIL: replay" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 # Memory is short: delta plans, and says what with the predicted time of each candidate, the
-# fresh starts among them.
-grep -Eq '^plan +(mixed|swap-only|recompute-only)(/net)?(/fresh)? \(predicted per iteration: mixed [0-9.]+ ms,.* swap-only/fresh [0-9.]+ ms,' "$tmp/out" ||
+# fresh starts and dropping on demand among them.
+grep -Eq '^plan +(mixed|swap-only|recompute-only)(/net|/on-demand)?(/fresh)? \(predicted per iteration: mixed [0-9.]+ ms,.* recompute-only/on-demand [0-9.]+ ms,.* swap-only/fresh [0-9.]+ ms,' "$tmp/out" ||
   { echo "FAIL: replay shows no plan" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 "$bin" replay --policy lru --budget 70% "$fx" >"$tmp/out" 2>&1 && ! grep -q '^plan' "$tmp/out" ||
   { echo "FAIL: lru replay shows a plan" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 "$bin" sweep --csv --policies delta,belady --budgets 50%,20000 "$fx" >"$tmp/out" 2>&1 &&
   head -1 "$tmp/out" | grep -q '^trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,h2d_bytes,d2h_bytes,recompute_ns,stall_ns,over_budget_ops,.*,plan$' &&
-  grep -Eq '^tiny_dtr.log,delta,50%,.*,(mixed|swap-only|recompute-only)(/net)?(/fresh)?$' "$tmp/out" &&
+  grep -Eq '^tiny_dtr.log,delta,50%,.*,(mixed|swap-only|recompute-only)(/net|/on-demand)?(/fresh)?$' "$tmp/out" &&
   grep -q '^tiny_dtr.log,belady,50%,.*,$' "$tmp/out" &&
   [ "$(wc -l <"$tmp/out")" = 5 ] || { echo "FAIL: sweep --csv" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 "$bin" maxbatch --policy delta --budget 100% --max-overhead 20% "$fx" >"$tmp/out" 2>&1 &&

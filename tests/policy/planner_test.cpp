@@ -172,9 +172,11 @@ TEST(PlannerChoose, KeepsTheFastestCandidateAndIsDeterministic) {
       const int cs = static_cast<int>(p.start), cm = static_cast<int>(p.mode), cw = static_cast<int>(p.window);
       for (int s = 0; s < 2; ++s) {
         for (int m = 0; m < 3; ++m) {
-          for (int win = 0; win < 2; ++win) {
-            // Every candidate but a fresh start in the configured mode (the switched one).
-            if (s == 1 && m == 0) {
+          for (int win = 0; win < Prefetcher::kWindows; ++win) {
+            // Every candidate but a fresh start in the configured mode (the switched one), and
+            // no room made ahead only for recompute-only.
+            if ((s == 1 && m == 0) || (win == static_cast<int>(Prefetcher::Window::kNone) &&
+                                       m != static_cast<int>(DirectorMode::kRecomputeOnly))) {
               EXPECT_EQ(p.predicted_ns[s][m][win], Plan::kNotReplayed) << where;
               continue;
             }
@@ -218,7 +220,7 @@ TEST_P(PlannerMustLose, IsNotChosen) {
   EXPECT_NE(p.mode, c.loser);
   for (const auto& by_start : p.predicted_ns) {
     for (std::int64_t loser : by_start[static_cast<int>(c.loser)]) {
-      if (loser == Plan::kGaveUp) continue;  // slower yet
+      if (loser == Plan::kGaveUp || loser == Plan::kNotReplayed) continue;  // slower yet, or none
       EXPECT_GT(loser, c.margin * p.chosenNs());
     }
   }
@@ -259,6 +261,9 @@ TEST(DeltaPlanning, PlansOnceTheIterationIsLearnedAndOnlyWithABudget) {
   const auto& switched = swap_only.plan().predicted_ns[static_cast<int>(PlanStart::kSwitched)];
   EXPECT_EQ(switched[static_cast<int>(DirectorMode::kMixed)][0], Plan::kNotReplayed);
   EXPECT_GT(switched[static_cast<int>(DirectorMode::kSwapOnly)][1], 0);
+  // Copies out need room made ahead: a swapping mode never plans without.
+  EXPECT_EQ(switched[static_cast<int>(DirectorMode::kSwapOnly)][static_cast<int>(Prefetcher::Window::kNone)],
+            Plan::kNotReplayed);
   // Fresh in its own mode is the same replay as switched to it: not replayed twice.
   EXPECT_EQ(swap_only.plan().predicted_ns[static_cast<int>(PlanStart::kFresh)][static_cast<int>(DirectorMode::kSwapOnly)][1], Plan::kNotReplayed);
 }

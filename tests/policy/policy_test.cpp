@@ -224,6 +224,10 @@ TEST(Upcoming, TheNetWindowIsShorter) {
   EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, net_horizon, Prefetcher::Window::kNet), k4);
   EXPECT_EQ(net_horizon, 3 * kGap);
   EXPECT_EQ(gross_horizon, 7 * kGap);
+  // No window: nothing is made room for ahead.
+  std::int64_t none_horizon = 1;
+  EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, none_horizon, Prefetcher::Window::kNone), 0u);
+  EXPECT_EQ(none_horizon, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
