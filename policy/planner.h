@@ -11,8 +11,8 @@
 // net bytes (Prefetcher::Window; recompute-only also with no room made ahead, dropping only
 // when memory is needed), and each reached two ways: switched to after an iteration run as
 // configured (as delta gets there), or run from a fresh start. The fastest is kept until the
-// iteration changes, and delta switching to its mode starts where the candidate's
-// measured iteration started in the replay: with the times it had learned and the costs it had
+// iteration changes, and delta switching to its mode starts where the candidate's measured
+// iteration started in the replay: with the times it had learned and the costs it had
 // measured (the Plan carries them). A forced variant (swap-only, recompute-only) keeps its
 // mode and chooses only the window.
 //
@@ -83,11 +83,11 @@ struct Plan {
   bool planned = false;
   // Predicted iteration time per candidate, predicted_ns[start][mode][window] (indexed by
   // PlanStart, DirectorMode and Prefetcher::Window); kNotReplayed, or kGaveUp for a replay cut
-  // short (its three iterations took over kGiveUpFactor times those of the shortest replay).
-  std::int64_t predicted_ns[2][3][Prefetcher::kWindows] = {{{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}},
-                                                          {{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}}};
+  // short (its three iterations took over Planner::kGiveUpFactor times the shortest replay's).
   static constexpr std::int64_t kNotReplayed = -1;
   static constexpr std::int64_t kGaveUp = -2;
+  std::int64_t predicted_ns[2][3][Prefetcher::kWindows] = {{{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}},
+                                                          {{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}}};
   std::uint64_t over_budget_ops[2][3][Prefetcher::kWindows] = {};  // ops the replay ran over the budget
   std::int64_t chosenNs() const {
     return predicted_ns[static_cast<int>(start)][static_cast<int>(mode)][static_cast<int>(window)];

@@ -265,7 +265,8 @@ TEST(DeltaPlanning, PlansOnceTheIterationIsLearnedAndOnlyWithABudget) {
   EXPECT_EQ(switched[static_cast<int>(DirectorMode::kSwapOnly)][static_cast<int>(Prefetcher::Window::kNone)],
             Plan::kNotReplayed);
   // Fresh in its own mode is the same replay as switched to it: not replayed twice.
-  EXPECT_EQ(swap_only.plan().predicted_ns[static_cast<int>(PlanStart::kFresh)][static_cast<int>(DirectorMode::kSwapOnly)][1], Plan::kNotReplayed);
+  const auto& fresh = swap_only.plan().predicted_ns[static_cast<int>(PlanStart::kFresh)];
+  EXPECT_EQ(fresh[static_cast<int>(DirectorMode::kSwapOnly)][1], Plan::kNotReplayed);
 }
 
 TEST(DeltaPlanning, WhatThePlannerPredictedIsWhatTheIterationsAfterItCost) {
