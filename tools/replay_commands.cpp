@@ -81,11 +81,13 @@ std::string checkPolicy(const std::string& name) {
 std::string planText(const policy::Policy& policy, bool detailed) {
   const auto* delta = dynamic_cast<const policy::DeltaPolicy*>(&policy);
   if (delta == nullptr || !delta->plan().planned) return {};
-  static constexpr std::string_view kModes[] = {"mixed", "swap-only", "recompute-only"};
-  static constexpr std::string_view kWindows[] = {"", "/net", "/on-demand"};
-  static constexpr std::string_view kStarts[] = {"", "/fresh"};
+  static constexpr std::string_view kModeNames[] = {"mixed", "swap-only", "recompute-only"};
+  static constexpr std::string_view kWindowNames[] = {"", "/net", "/on-demand"};
+  static constexpr std::string_view kStartNames[] = {"", "/fresh"};
   const policy::Plan& plan = delta->plan();
-  auto name = [&](int s, int m, int w) { return fmt::format("{}{}{}", kModes[m], kWindows[w], kStarts[s]); };
+  auto name = [&](int s, int m, int w) {
+    return fmt::format("{}{}{}", kModeNames[m], kWindowNames[w], kStartNames[s]);
+  };
   std::string text =
       name(static_cast<int>(plan.start), static_cast<int>(plan.mode), static_cast<int>(plan.window));
   if (!detailed) return text;
@@ -96,9 +98,10 @@ std::string planText(const policy::Policy& policy, bool detailed) {
       for (int m = 0; m < 3; ++m) {
         const std::int64_t ns = plan.predicted_ns[s][m][w];
         if (ns == policy::Plan::kNotReplayed) continue;
-        text += ns == policy::Plan::kGaveUp
-                    ? fmt::format("{} {} too slow", first ? "" : ",", name(s, m, w))
-                    : fmt::format("{} {} {:.2f} ms", first ? "" : ",", name(s, m, w), static_cast<double>(ns) / 1e6);
+        const std::string time = ns == policy::Plan::kGaveUp
+                                     ? std::string("too slow")
+                                     : fmt::format("{:.2f} ms", static_cast<double>(ns) / 1e6);
+        text += fmt::format("{} {} {}", first ? "" : ",", name(s, m, w), time);
         first = false;
       }
     }
