@@ -199,6 +199,35 @@ TEST(PlannerChoose, KeepsTheFastestCandidateAndIsDeterministic) {
   }
 }
 
+TEST(PlannerChoose, CutsShortOnlyAReplayFarSlowerThanTheShortest) {
+  // Activations of 256 MiB made in 0.1 ms on a 1 GB/s link: swapping them takes hundreds of
+  // times the compute. The swap-only replays are cut short, and rightly: run in full, they take
+  // over Planner::kGiveUpFactor times the chosen candidate's run.
+  const Workload w = trainingWorkload(8, 256 * kMiB, 100'000);
+  const std::uint64_t budget = w.peakBytes() / 2;
+  const Plan p = Planner::choose(w, budget, CostModel(1.0, 1.0));
+  ASSERT_TRUE(p.planned);
+  const auto& switched = p.predicted_ns[static_cast<int>(PlanStart::kSwitched)];
+  EXPECT_EQ(switched[static_cast<int>(DirectorMode::kSwapOnly)][0], Plan::kGaveUp);
+  EXPECT_EQ(switched[static_cast<int>(DirectorMode::kSwapOnly)][1], Plan::kGaveUp);
+  EXPECT_GT(switched[static_cast<int>(DirectorMode::kMixed)][0], 0);
+  EXPECT_NE(p.mode, DirectorMode::kSwapOnly);
+  SimOptions o;
+  o.budget_bytes = budget;
+  o.h2d_gbps = o.d2h_gbps = 1.0;
+  o.iterations = 3;
+  o.warmup = 2;
+  PolicyConfig config = policyConfigFor(w, o);
+  config.budget_bytes = 0;
+  auto full_run = [&](DirectorMode mode, Prefetcher::Window window, PlanStart start) {
+    DeltaPolicy policy(config, start == PlanStart::kFresh ? mode : DirectorMode::kMixed);
+    policy.switchWhenLearned(mode, window);
+    return Simulator(w, o).run(policy).run_ns;
+  };
+  EXPECT_GT(full_run(DirectorMode::kSwapOnly, Prefetcher::Window::kGross, PlanStart::kSwitched),
+            Planner::kGiveUpFactor * full_run(p.mode, p.window, p.start));
+}
+
 // Where one mode must lose: the planner must not choose it, and its replay must be slower by
 // at least `margin` times the chosen candidate's.
 struct MustLose {
@@ -218,12 +247,17 @@ TEST_P(PlannerMustLose, IsNotChosen) {
   const Plan p = Planner::choose(w, w.peakBytes() / 2, CostModel(c.gbps, c.gbps));
   ASSERT_TRUE(p.planned);
   EXPECT_NE(p.mode, c.loser);
+  int replayed = 0;
   for (const auto& by_start : p.predicted_ns) {
     for (std::int64_t loser : by_start[static_cast<int>(c.loser)]) {
-      if (loser == Plan::kGaveUp || loser == Plan::kNotReplayed) continue;  // slower yet, or none
+      if (loser == Plan::kNotReplayed) continue;
+      ++replayed;
+      // Cut short: its run took over kGiveUpFactor times the shortest one.
+      if (loser == Plan::kGaveUp) continue;
       EXPECT_GT(loser, c.margin * p.chosenNs());
     }
   }
+  EXPECT_GT(replayed, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
