@@ -1,10 +1,12 @@
 /* cudasim's environment switches, each checked in a fresh child process:
- * CUDASIM_DEVICE_MEMORY (capacity, K/M/G suffixes, default 4G), CUDASIM_DEVICE_COUNT=0,
+ * CUDASIM_DEVICE_MEMORY (capacity, K/M/G suffixes, default 4G; a fragmented device),
+ * CUDASIM_DEVICE_COUNT=0,
  * CUDASIM_CUPTI_DRIVER_CALLBACKS=0, CUDASIM_CUPTI_HELD_BY. */
 #include <cupti.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "conformance_util.h"
 
@@ -79,6 +81,71 @@ TEST(PlatformEnv, CapacityInMegabytes) { ExpectCapacity("256M", 256ull << 20); }
 TEST(PlatformEnv, CapacityInGigabytes) { ExpectCapacity("1G", 1ull << 30); }
 TEST(PlatformEnv, CapacityInKilobytes) { ExpectCapacity("131072K", 128ull << 20); }
 TEST(PlatformEnv, CapacityInPlainBytes) { ExpectCapacity("134217728", 128ull << 20); }
+
+// 16 MiB device cut into 2 MiB holes between small allocations: a 6 MiB cuMemCreate still gets
+// its memory (a GPU maps physical memory page by page), maps, holds what is written through the
+// mapping, and gives every piece back; cuMemAlloc's memory stays one run, so it fails.
+CONFORMANCE_CHILD(fragmented) {
+  if (int rc = ChildContext(); rc != 0) return rc;
+  constexpr size_t kMiB = 1 << 20;
+  CUdeviceptr chunks[8] = {};
+  for (CUdeviceptr& chunk : chunks)
+    if (CUresult r = cuMemAlloc(&chunk, 2 * kMiB - 4096); r != CUDA_SUCCESS)
+      return ChildFail("cuMemAlloc of a chunk", r, 0);
+  // Free every other chunk: 4 holes of 2 MiB - 4 KiB, each next to a 4 KiB gap... and 4 KiB.
+  for (int i = 0; i < 8; i += 2) cuMemFree(chunks[i]);
+  CUdeviceptr contiguous = 0;
+  if (CUresult r = cuMemAlloc(&contiguous, 6 * kMiB); r != CUDA_ERROR_OUT_OF_MEMORY)
+    return ChildFail("cuMemAlloc needing one free run", r, CUDA_ERROR_OUT_OF_MEMORY);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemGenericAllocationHandle handle;
+  if (CUresult r = cuMemCreate(&handle, 6 * kMiB, &prop, 0); r != CUDA_SUCCESS)
+    return ChildFail("cuMemCreate from pieces", r, 0);
+  CUdeviceptr va = 0;
+  if (CUresult r = cuMemAddressReserve(&va, 6 * kMiB, 0, 0, 0); r != CUDA_SUCCESS)
+    return ChildFail("reserve", r, 0);
+  if (CUresult r = cuMemMap(va, 6 * kMiB, 0, handle, 0); r != CUDA_SUCCESS)
+    return ChildFail("map", r, 0);
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (CUresult r = cuMemSetAccess(va, 6 * kMiB, &access, 1); r != CUDA_SUCCESS)
+    return ChildFail("access", r, 0);
+  std::vector<unsigned char> pattern(6 * kMiB), back(6 * kMiB);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<unsigned char>(i * 7 + i / 4096);
+  if (CUresult r = cuMemcpyHtoD(va, pattern.data(), pattern.size()); r != CUDA_SUCCESS)
+    return ChildFail("copy in", r, 0);
+  if (CUresult r = cuMemcpyDtoH(back.data(), va, back.size()); r != CUDA_SUCCESS)
+    return ChildFail("copy out", r, 0);
+  if (pattern != back) return ChildFail("contents through a mapping of pieces", 1, 0);
+  // Part of the handle, at an offset that falls inside a piece.
+  CUdeviceptr part = 0;
+  cuMemAddressReserve(&part, 2 * kMiB, 0, 0, 0);
+  if (CUresult r = cuMemMap(part, 2 * kMiB, 2 * kMiB, handle, 0); r != CUDA_SUCCESS)
+    return ChildFail("map at an offset", r, 0);
+  cuMemSetAccess(part, 2 * kMiB, &access, 1);
+  std::vector<unsigned char> middle(2 * kMiB);
+  cuMemcpyDtoH(middle.data(), part, middle.size());
+  if (std::memcmp(middle.data(), pattern.data() + 2 * kMiB, middle.size()) != 0)
+    return ChildFail("contents at an offset", 1, 0);
+  cuMemUnmap(part, 2 * kMiB);
+  cuMemUnmap(va, 6 * kMiB);
+  if (CUresult r = cuMemRelease(handle); r != CUDA_SUCCESS) return ChildFail("release", r, 0);
+  // Every piece came back: the holes take cuMemAlloc chunks again.
+  for (int i = 0; i < 8; i += 2)
+    if (CUresult r = cuMemAlloc(&chunks[i], 2 * kMiB - 4096); r != CUDA_SUCCESS)
+      return ChildFail("cuMemAlloc after the release", r, 0);
+  return 0;
+}
+
+TEST(PlatformEnv, AFragmentedDeviceStillGivesPhysicalMemoryInPieces) {
+  ChildOptions opt;
+  opt.set_env = {{"CUDASIM_DEVICE_MEMORY", "16M"}};
+  ChildResult r = RunChild("fragmented", opt);
+  EXPECT_TRUE(r.exited && r.exit_code == 0) << r.output;
+}
 
 CONFORMANCE_CHILD(no_device) {
   if (CUresult r = cuInit(0); r != CUDA_ERROR_NO_DEVICE)

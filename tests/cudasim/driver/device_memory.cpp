@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -239,7 +240,7 @@ CUresult DeviceMemory::free(CUdeviceptr address) {
     return CUDA_SUCCESS;
   }
   releasePhysical(Physical{poolFd_, false, false, region.physicalOffset, region.physicalBytes,
-                           0});
+                           0, 0, 1, {}});
   addresses_.release(address, region.addressBytes);
   return CUDA_SUCCESS;
 }
@@ -296,15 +297,18 @@ CUresult DeviceMemory::create(uint64_t bytes, uint64_t handleTypes,
   if (faults().memCreate.fires()) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard lock(mutex_);
   if (!fits(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-  Physical physical{poolFd_, false, false, 0, bytes, handleTypes};
+  Physical physical{poolFd_, false, false, 0, bytes, handleTypes, 0, 1, {}};
   if (handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
     // Exportable memory gets a file of its own, so that what is exported is just it.
     physical.fd = newMemoryFile("cudasim-exportable", bytes);
     physical.ownFile = true;
-  } else {
-    auto offset = pool_.allocate(bytes, kPageSize);
-    if (!offset) return CUDA_ERROR_OUT_OF_MEMORY;
+  } else if (auto offset = pool_.allocate(bytes, kPageSize)) {
     physical.offset = *offset;
+    physical.pieces.emplace_back(*offset, bytes);
+  } else {
+    physical.pieces = pool_.allocatePieces(bytes, kPageSize);
+    if (physical.pieces.empty()) return CUDA_ERROR_OUT_OF_MEMORY;
+    physical.offset = physical.pieces.front().first;
   }
   used_ += bytes;
   const CUmemGenericAllocationHandle handle = nextHandle_++;
@@ -325,10 +329,17 @@ void DeviceMemory::releasePhysical(const Physical& physical) {
   }
   // Give the pages back (the host really gets the memory back, and new allocations start
   // zeroed, which a GPU does not promise but nobody may rely on either way).
-  if (fallocate(physical.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                static_cast<off_t>(physical.offset), static_cast<off_t>(physical.bytes)) != 0)
-    die("fallocate(PUNCH_HOLE) of device memory failed");
-  pool_.release(physical.offset, physical.bytes);
+  auto giveBack = [&](uint64_t offset, uint64_t bytes) {
+    if (fallocate(physical.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  static_cast<off_t>(offset), static_cast<off_t>(bytes)) != 0)
+      die("fallocate(PUNCH_HOLE) of device memory failed");
+    pool_.release(offset, bytes);
+  };
+  if (physical.pieces.empty()) {
+    giveBack(physical.offset, physical.bytes);
+    return;
+  }
+  for (const auto& [offset, bytes] : physical.pieces) giveBack(offset, bytes);
 }
 
 void DeviceMemory::freeIfUnused(std::map<CUmemGenericAllocationHandle, Physical>::iterator it) {
@@ -365,9 +376,24 @@ CUresult DeviceMemory::map(CUdeviceptr address, uint64_t bytes, uint64_t offset,
     auto prev = std::prev(next);
     if (prev->first + prev->second.bytes > address) return CUDA_ERROR_INVALID_VALUE;
   }
-  // Mapped but without access until cuMemSetAccess, as on the GPU.
-  if (!mapFile(address, bytes, physical->second.fd, physical->second.offset + offset, PROT_NONE))
-    return CUDA_ERROR_OUT_OF_MEMORY;
+  // Mapped but without access until cuMemSetAccess, as on the GPU; piece by piece when the
+  // physical memory came in pieces.
+  if (physical->second.pieces.size() <= 1) {
+    if (!mapFile(address, bytes, physical->second.fd, physical->second.offset + offset, PROT_NONE))
+      return CUDA_ERROR_OUT_OF_MEMORY;
+  } else {
+    uint64_t pieceStart = 0;  // offset in the handle of the piece at hand
+    for (const auto& [fileOffset, pieceBytes] : physical->second.pieces) {
+      const uint64_t from = std::max(offset, pieceStart);
+      const uint64_t to = std::min(offset + bytes, pieceStart + pieceBytes);
+      if (from < to && !mapFile(address + (from - offset), to - from, physical->second.fd,
+                                fileOffset + (from - pieceStart), PROT_NONE)) {
+        makeInaccessible(address, bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+      }
+      pieceStart += pieceBytes;
+    }
+  }
   physical->second.mappings++;
   mappings_[address] = Mapping{bytes, handle};
   return CUDA_SUCCESS;
@@ -441,7 +467,7 @@ CUresult DeviceMemory::importFromFd(int fd, CUmemGenericAllocationHandle* out) {
   std::lock_guard lock(mutex_);
   const CUmemGenericAllocationHandle handle = nextHandle_++;
   physicals_.emplace(handle, Physical{copy, true, true, 0, static_cast<uint64_t>(st.st_size),
-                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR});
+                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0, 1, {}});
   *out = handle;
   return CUDA_SUCCESS;
 }

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "range_allocator.h"
 
@@ -104,6 +106,10 @@ class DeviceMemory {
     uint64_t handleTypes;
     int mappings = 0;
     int references = 1;   // cuMemCreate / import / retain, minus cuMemRelease
+    // cuMemCreate memory in the pool file: where its bytes are, in order (one piece when a
+    // single free run held it). A GPU maps physical memory page by page, so a fragmented
+    // device still gives memory as long as it has enough in all.
+    std::vector<std::pair<uint64_t, uint64_t>> pieces;
   };
   struct Mapping {
     uint64_t bytes;

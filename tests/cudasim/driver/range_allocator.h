@@ -3,9 +3,12 @@
 // Not thread-safe: DeviceMemory serialises all use.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace cudasim {
 
@@ -24,6 +27,34 @@ class RangeAllocator {
       }
     }
     return std::nullopt;
+  }
+
+  // `size` bytes in as few aligned pieces as first fit gives, when no single range is free: for
+  // physical memory, which a GPU maps page by page. Nothing (and nothing taken) when the free
+  // ranges do not add up to `size`.
+  std::vector<std::pair<uint64_t, uint64_t>> allocatePieces(uint64_t size, uint64_t alignment) {
+    std::vector<std::pair<uint64_t, uint64_t>> pieces;
+    uint64_t taken = 0;
+    for (auto it = free_.begin(); it != free_.end() && taken < size;) {
+      const uint64_t start = (it->first + alignment - 1) & ~(alignment - 1);
+      const uint64_t end = it->first + it->second;
+      const uint64_t usable = start < end ? (end - start) & ~(alignment - 1) : 0;
+      if (usable == 0) {
+        ++it;
+        continue;
+      }
+      const uint64_t piece = std::min(usable, size - taken);
+      auto next = std::next(it);
+      carve(it, start, piece);
+      pieces.emplace_back(start, piece);
+      taken += piece;
+      it = next;
+    }
+    if (taken < size) {
+      for (const auto& [start, bytes] : pieces) release(start, bytes);
+      pieces.clear();
+    }
+    return pieces;
   }
 
   // Takes exactly [start, start + size) if all of it is free.
