@@ -121,10 +121,6 @@ void buildRoutes() {
 #undef RPT
 }
 
-// Pointer tables copied to the device are scanned when they are at most this big: larger
-// host-to-device copies are data, and scanning them would cost the copy's time again.
-constexpr size_t kPointerTableScanBytes = 64 << 10;
-
 struct Context {
   const DriverApi* api = nullptr;
   Residency* residency = nullptr;
@@ -182,8 +178,10 @@ CUresult launch(CUfunction function, CUstream stream, bool perThread, void** par
   return c.residency->prepare(stream, perThread, &touch, 1, work);
 }
 
+// `kind`: the direction as the call states it (kDefault: unified addressing, inferred). The
+// residency manager learns pointer tables from what copies and memsets write.
 void copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool perThread,
-          bool hostSource, trace::CopyKind kind) {
+          trace::CopyKind kind) {
   Context& c = *gContext;
   Residency::Touch touches[2];
   touches[0].rangeStart = dst;
@@ -199,8 +197,6 @@ void copy(uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool perThr
   work.copyDst = dst;
   work.copySrc = src;
   c.residency->prepare(stream, perThread, touches, 2, work);
-  if (hostSource && bytes <= kPointerTableScanBytes && bytes >= 8)
-    c.residency->linkPointerTable(dst, reinterpret_cast<const void*>(src), bytes);
 }
 
 void memset(uint64_t dst, size_t bytes, CUstream stream, bool perThread) {
@@ -211,6 +207,7 @@ void memset(uint64_t dst, size_t bytes, CUstream stream, bool perThread) {
   WorkInfo work;
   work.kind = WorkInfo::Kind::kMemset;
   work.bytes = bytes;
+  work.copyDst = dst;
   gContext->residency->prepare(stream, perThread, &touch, 1, work);
 }
 
@@ -268,35 +265,35 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data) {
     }
     case Work::kUnified: {
       auto& a = as<cuMemcpy_params>(p);
-      return copy(a.dst, a.src, a.ByteCount, nullptr, perThread, true, trace::CopyKind::kDefault);
+      return copy(a.dst, a.src, a.ByteCount, nullptr, perThread, trace::CopyKind::kDefault);
     }
     case Work::kUnifiedAsync: {
       auto& a = as<cuMemcpyAsync_params>(p);
-      return copy(a.dst, a.src, a.ByteCount, a.hStream, perThread, true, trace::CopyKind::kDefault);
+      return copy(a.dst, a.src, a.ByteCount, a.hStream, perThread, trace::CopyKind::kDefault);
     }
     case Work::kHtoD: {
       auto& a = as<cuMemcpyHtoD_v2_params>(p);
-      return copy(a.dstDevice, reinterpret_cast<uint64_t>(a.srcHost), a.ByteCount, nullptr, perThread, true, trace::CopyKind::kHostToDevice);
+      return copy(a.dstDevice, reinterpret_cast<uint64_t>(a.srcHost), a.ByteCount, nullptr, perThread, trace::CopyKind::kHostToDevice);
     }
     case Work::kHtoDAsync: {
       auto& a = as<cuMemcpyHtoDAsync_v2_params>(p);
-      return copy(a.dstDevice, reinterpret_cast<uint64_t>(a.srcHost), a.ByteCount, a.hStream, perThread, true, trace::CopyKind::kHostToDevice);
+      return copy(a.dstDevice, reinterpret_cast<uint64_t>(a.srcHost), a.ByteCount, a.hStream, perThread, trace::CopyKind::kHostToDevice);
     }
     case Work::kDtoH: {
       auto& a = as<cuMemcpyDtoH_v2_params>(p);
-      return copy(reinterpret_cast<uint64_t>(a.dstHost), a.srcDevice, a.ByteCount, nullptr, perThread, false, trace::CopyKind::kDeviceToHost);
+      return copy(reinterpret_cast<uint64_t>(a.dstHost), a.srcDevice, a.ByteCount, nullptr, perThread, trace::CopyKind::kDeviceToHost);
     }
     case Work::kDtoHAsync: {
       auto& a = as<cuMemcpyDtoHAsync_v2_params>(p);
-      return copy(reinterpret_cast<uint64_t>(a.dstHost), a.srcDevice, a.ByteCount, a.hStream, perThread, false, trace::CopyKind::kDeviceToHost);
+      return copy(reinterpret_cast<uint64_t>(a.dstHost), a.srcDevice, a.ByteCount, a.hStream, perThread, trace::CopyKind::kDeviceToHost);
     }
     case Work::kDtoD: {
       auto& a = as<cuMemcpyDtoD_v2_params>(p);
-      return copy(a.dstDevice, a.srcDevice, a.ByteCount, nullptr, perThread, false, trace::CopyKind::kDeviceToDevice);
+      return copy(a.dstDevice, a.srcDevice, a.ByteCount, nullptr, perThread, trace::CopyKind::kDeviceToDevice);
     }
     case Work::kDtoDAsync: {
       auto& a = as<cuMemcpyDtoDAsync_v2_params>(p);
-      return copy(a.dstDevice, a.srcDevice, a.ByteCount, a.hStream, perThread, false, trace::CopyKind::kDeviceToDevice);
+      return copy(a.dstDevice, a.srcDevice, a.ByteCount, a.hStream, perThread, trace::CopyKind::kDeviceToDevice);
     }
     case Work::kMemset8: {
       auto& a = as<cuMemsetD8_v2_params>(p);
@@ -338,14 +335,12 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data) {
     case Work::kRuntimeMemcpy: {
       auto& a = as<cudaMemcpy_v3020_params>(p);
       return copy(reinterpret_cast<uint64_t>(a.dst), reinterpret_cast<uint64_t>(a.src), a.count,
-                  nullptr, perThread, a.kind == cudaMemcpyHostToDevice || a.kind == cudaMemcpyDefault,
-                  static_cast<trace::CopyKind>(a.kind));
+                  nullptr, perThread, static_cast<trace::CopyKind>(a.kind));
     }
     case Work::kRuntimeMemcpyAsync: {
       auto& a = as<cudaMemcpyAsync_v3020_params>(p);
       return copy(reinterpret_cast<uint64_t>(a.dst), reinterpret_cast<uint64_t>(a.src), a.count,
                   reinterpret_cast<CUstream>(a.stream), perThread,
-                  a.kind == cudaMemcpyHostToDevice || a.kind == cudaMemcpyDefault,
                   static_cast<trace::CopyKind>(a.kind));
     }
     case Work::kRuntimeMemset: {

@@ -93,11 +93,29 @@ Residency* managingFree() {
 }
 
 void reportBudget(Residency& residency, size_t* free, size_t* total) {
-  // Frameworks size themselves from this: tell them the budget, not the device.
+  // Frameworks size themselves from this: tell them the budget, not the device (and, where the
+  // device holds less than the budget, the room under the effective ceiling).
   const uint64_t budget = residency.budget();
+  const uint64_t limit = residency.limit();
   const uint64_t resident = residency.stats().residentBytes;
   if (total) *total = budget;
-  if (free) *free = resident < budget ? budget - resident : 0;
+  if (free) *free = resident < limit ? limit - resident : 0;
+}
+
+// An allocation the shim leaves to the driver (below DELTA_MIN_BYTES, or one it could not
+// manage). When the device is full, managed buffers make room for it: an allocation that
+// eviction could satisfy must not fail. A success is remembered as an unmanaged range, where
+// pointer tables may be stored.
+template <class Allocate, class OutOfMemory>
+auto allocateUnmanaged(Allocate allocate, OutOfMemory outOfMemory, size_t bytes, const void** where) {
+  auto result = allocate();
+  if (insideShim()) return result;
+  Residency* residency = Shim::instance().activeIfStarted();
+  if (residency == nullptr) return result;
+  while (outOfMemory(result) && residency->relieveDevice(bytes)) result = allocate();
+  if (!outOfMemory(result) && *where != nullptr)
+    residency->noteUnmanagedAllocation(reinterpret_cast<CUdeviceptr>(*where), bytes);
+  return result;
 }
 
 // Names the shim hands out its own functions for.
@@ -115,6 +133,29 @@ using namespace delta::shim;
 
 // ---- the runtime ------------------------------------------------------------------------
 
+namespace {
+
+// cudaMalloc left to the runtime, made room for when the device is full.
+cudaError_t runtimeMallocUnmanaged(decltype(RuntimeApi::cudaMalloc) real, void** devPtr,
+                                   size_t size) {
+  const void* where = nullptr;
+  bool failedOnce = false;
+  cudaError_t result = allocateUnmanaged(
+      [&] {
+        cudaError_t r = real(devPtr, size);
+        where = r == cudaSuccess ? *devPtr : nullptr;
+        failedOnce |= r == cudaErrorMemoryAllocation;
+        return r;
+      },
+      [](cudaError_t r) { return r == cudaErrorMemoryAllocation; }, size, &where);
+  // The attempt that failed left its error as the thread's last one; the call succeeded.
+  if (result == cudaSuccess && failedOnce && runtimeApi().cudaGetLastError)
+    runtimeApi().cudaGetLastError();
+  return result;
+}
+
+}  // namespace
+
 DELTA_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   auto real = runtimeApi().cudaMalloc;
   if (real == nullptr) return cudaErrorInsufficientDriver;
@@ -129,7 +170,7 @@ DELTA_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
     return cudaSuccess;
   }
   Residency* residency = managing(size);
-  if (residency == nullptr) return real(devPtr, size);
+  if (residency == nullptr) return runtimeMallocUnmanaged(real, devPtr, size);
   CUdeviceptr address = 0;
   CUresult result = residency->allocate(size, &address);
   if (result == CUDA_SUCCESS) {
@@ -138,9 +179,9 @@ DELTA_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   }
   if (result == CUDA_ERROR_OUT_OF_MEMORY && Shim::instance().options().strict)
     return cudaErrorMemoryAllocation;  // the budget is the limit, not the device
-  // Out of buffer ids, or the device itself is full: the runtime answers (and records its
-  // own last error).
-  return real(devPtr, size);
+  // Out of buffer ids, or the device full even after evicting what could go: the runtime
+  // answers (and records its own last error).
+  return runtimeMallocUnmanaged(real, devPtr, size);
 }
 
 DELTA_EXPORT cudaError_t cudaFree(void* devPtr) {
@@ -318,23 +359,34 @@ DELTA_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) 
     return real(dptr, bytesize);
   if (UvmMode* uvm = uvmManaging(bytesize))  // DELTA_MODE=uvm
     return uvm->allocate(bytesize, dptr) == CUDA_SUCCESS ? CUDA_SUCCESS : real(dptr, bytesize);
+  auto unmanaged = [&] {
+    const void* where = nullptr;
+    return allocateUnmanaged(
+        [&] {
+          CUresult r = real(dptr, bytesize);
+          where = r == CUDA_SUCCESS ? reinterpret_cast<const void*>(*dptr) : nullptr;
+          return r;
+        },
+        [](CUresult r) { return r == CUDA_ERROR_OUT_OF_MEMORY; }, bytesize, &where);
+  };
   Residency* residency = managing(bytesize);
-  if (residency == nullptr) return real(dptr, bytesize);
+  if (residency == nullptr) return unmanaged();
   CUcontext context = nullptr;
   // Without a current context the real call fails; so must we, the same way.
   if (Shim::instance().driver().cuCtxGetCurrent(&context) != CUDA_SUCCESS || context == nullptr)
     return real(dptr, bytesize);
   CUresult result = residency->allocate(bytesize, dptr);
-  if (result == CUDA_ERROR_NOT_SUPPORTED) return real(dptr, bytesize);
+  if (result == CUDA_ERROR_NOT_SUPPORTED) return unmanaged();
   // Out of memory without DELTA_STRICT is the device's answer, not the budget's (the budget
-  // only ever runs over): the driver answers for itself. cudaMalloc's fallback to the runtime
-  // comes through here too, so without this the program got the shim's error, not the
-  // driver's, even where plain cuMemAlloc would have succeeded.
+  // only ever runs over), given after evicting what could go: the driver answers for itself.
+  // cudaMalloc's fallback to the runtime comes through here too, so without this the program
+  // got the shim's error, not the driver's, even where plain cuMemAlloc would have succeeded.
   if (result == CUDA_ERROR_OUT_OF_MEMORY && !Shim::instance().options().strict) {
-    DELTA_WARN_ONCE("the device has no memory for a managed buffer of %llu MiB (cuMemCreate: out "
-                    "of memory); such allocations are left to the driver, unmanaged",
+    DELTA_WARN_ONCE("the device has no memory for a managed buffer of %llu MiB even after "
+                    "evicting what could go (cuMemCreate: out of memory); such allocations are "
+                    "left to the driver, unmanaged",
                     (unsigned long long)(bytesize >> 20));
-    return real(dptr, bytesize);
+    return unmanaged();
   }
   return result;
 }

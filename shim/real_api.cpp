@@ -78,6 +78,8 @@ const RuntimeApi& runtimeApi() {
         lookup(RTLD_NEXT, "cudaIpcOpenMemHandle"));
     found.cudaIpcCloseMemHandle = reinterpret_cast<decltype(found.cudaIpcCloseMemHandle)>(
         lookup(RTLD_NEXT, "cudaIpcCloseMemHandle"));
+    found.cudaGetLastError =
+        reinterpret_cast<decltype(found.cudaGetLastError)>(lookup(RTLD_NEXT, "cudaGetLastError"));
     return found;
   }();
   return api;

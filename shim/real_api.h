@@ -23,7 +23,8 @@ DlsymFunction realDlsym();
   X(cuEventDestroy_v2) X(cuFuncGetParamInfo) X(cuFuncGetName) X(cuIpcGetMemHandle)         \
   X(cuCtxSynchronize) X(cuLaunchKernel) X(cuMemExportToShareableHandle)                   \
   X(cuMemImportFromShareableHandle) X(cuMemcpyDtoDAsync_v2) X(cuIpcOpenMemHandle_v2)        \
-  X(cuIpcCloseMemHandle) X(cuEventElapsedTime_v2)
+  X(cuIpcCloseMemHandle) X(cuEventElapsedTime_v2) X(cuMemGetAddressRange_v2)                 \
+  X(cuPointerGetAttribute)
 
 struct DriverApi {
 #define DELTA_DECLARE(name) decltype(&::name) name = nullptr;
@@ -47,6 +48,7 @@ struct RuntimeApi {
   cudaError_t (*cudaIpcGetMemHandle)(cudaIpcMemHandle_t*, void*) = nullptr;
   cudaError_t (*cudaIpcOpenMemHandle)(void**, cudaIpcMemHandle_t, unsigned int) = nullptr;
   cudaError_t (*cudaIpcCloseMemHandle)(void*) = nullptr;
+  cudaError_t (*cudaGetLastError)() = nullptr;
 };
 const RuntimeApi& runtimeApi();
 

@@ -186,6 +186,7 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   }
   static const std::vector<uint32_t> kNothing;
   const int64_t now = nowNs();
+  if (!deviceFreeChecked_) checkDeviceFree();
   if (CUresult room = makeRoom(mapped, kNothing, now, 0); room != CUDA_SUCCESS) {
     freeIds_.push_back(id);
     return room;
@@ -207,7 +208,7 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
     return r;
   }
   CUmemGenericAllocationHandle handle = 0;
-  CUresult result = acquirePhysical(mapped, &handle);
+  CUresult result = acquireOrEvict(mapped, &handle, {}, 0);
   if (result == CUDA_SUCCESS) {
     result = mapAt(address, mapped, handle);
     if (result != CUDA_SUCCESS) releasePhysical(mapped, handle);
@@ -245,12 +246,22 @@ bool Residency::owns(CUdeviceptr address) {
   return id != AddressMap::kNone && buffers_[id].address == address;
 }
 
+void Residency::noteUnmanagedAllocation(CUdeviceptr address, size_t bytes) {
+  std::lock_guard lock(mutex_);
+  tables_.addAllocation(address, bytes);
+}
+
 bool Residency::free(CUdeviceptr address) {
   ReentryGuard guard;
   std::lock_guard lock(mutex_);
   uint32_t id = addresses_.find(address);
-  if (id == AddressMap::kNone || buffers_[id].address != address) return false;
+  if (id == AddressMap::kNone || buffers_[id].address != address) {
+    // Not ours: the pointers an unmanaged table held lead nowhere once it is freed.
+    if (tables_.allocationCount() > 0 || !tables_.empty()) tables_.removeAllocation(address);
+    return false;
+  }
   Buffer& buffer = buffers_[id];
+  if (buffer.table) tables_.erase(buffer.address);
   // Unlike cudaFree, no device-wide synchronisation: the memory waits in quarantine until
   // the work that used it has finished, and only then is it reused.
   Quarantined entry{buffer.address, buffer.mappedBytes,
@@ -332,11 +343,21 @@ bool Residency::reclaimQuarantine(bool wait) {
 
 CUresult Residency::makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
                              uint32_t cause) {
-  auto fits = [&] { return deviceBytes() + bytes <= config_.budgetBytes; };
-  if (fits()) return CUDA_SUCCESS;
+  if (ceiling_ != UINT64_MAX) maybeRaiseCeiling(now);
+  if (evictUntil(bytes, limitLocked(), keep, now, cause)) return CUDA_SUCCESS;
+  // Strict mode fails what the budget cannot hold; below it, the device may still have room
+  // that the ceiling, an estimate, does not count.
+  if (!config_.strict || deviceBytes() + bytes <= config_.budgetBytes) return CUDA_SUCCESS;
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint32_t> keep,
+                           int64_t now, uint32_t cause) {
+  auto fits = [&] { return deviceBytes() + bytes <= limit; };
+  if (fits()) return true;
   // Cheapest first: memory nobody uses any more.
   if (!quarantine_.empty()) reclaimQuarantine(false);
-  if (!fits() && pooled_ > 0) trimPool(deviceBytes() + bytes - config_.budgetBytes);
+  if (!fits() && pooled_ > 0) trimPool(deviceBytes() + bytes - limit);
   if (!fits() && !quarantine_.empty()) {
     reclaimQuarantine(true);
     trimPool(UINT64_MAX);
@@ -347,7 +368,7 @@ CUresult Residency::makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, 
   policy::Victim victims[kVictimBatch];
   while (!fits()) {
     policy::EvictRequest request;
-    request.bytes = deviceBytes() + bytes - config_.budgetBytes;
+    request.bytes = deviceBytes() + bytes - limit;
     request.now_ns = now;
     request.urgent = true;
     request.keep = keepIds_;
@@ -355,8 +376,137 @@ CUresult Residency::makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, 
     if (count == 0 || !evict(victims, count, cause)) break;
     trimPool(UINT64_MAX);
   }
-  if (fits()) return CUDA_SUCCESS;
-  return config_.strict ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+  return fits();
+}
+
+// ---- a device fuller than the budget ------------------------------------------------------
+
+uint64_t Residency::headroom(uint64_t deviceFree) const {
+  // Left for what the program allocates unmanaged (small buffers, library workspaces) and the
+  // driver's own needs: 1/32 of what is free, at least one granule, at most 512 MiB.
+  return roundUp(std::clamp<uint64_t>(deviceFree / 32, granularity_, 512ull << 20), granularity_);
+}
+
+uint64_t Residency::limit() {
+  std::lock_guard lock(mutex_);
+  return limitLocked();
+}
+
+void Residency::checkDeviceFree() {
+  deviceFreeChecked_ = true;
+  ceilingProbedNs_ = nowNs();
+  size_t free = 0, total = 0;
+  if (api_.cuMemGetInfo_v2 == nullptr || api_.cuMemGetInfo_v2(&free, &total) != CUDA_SUCCESS)
+    return;
+  // What the shim holds already is the managed buffers' own.
+  const uint64_t available = free + deviceBytes();
+  const uint64_t spare = headroom(free);
+  const uint64_t room = available > spare ? (available - spare) / granularity_ * granularity_ : 0;
+  if (room >= config_.budgetBytes) return;
+  ceiling_ = room;
+  logLine("DELTA_BUDGET is %llu MiB but the device has only %llu MiB free of %llu MiB (other "
+          "processes, the CUDA context or allocations made earlier hold the rest): managed buffers "
+          "are kept under %llu MiB, the effective ceiling, leaving %llu MiB for the rest",
+          (unsigned long long)(config_.budgetBytes >> 20), (unsigned long long)(free >> 20),
+          (unsigned long long)(total >> 20), (unsigned long long)(ceiling_ >> 20),
+          (unsigned long long)(spare >> 20));
+}
+
+void Residency::lowerCeiling(uint64_t refusedAt, uint64_t ceiling) {
+  if (ceiling >= ceiling_ || ceiling >= config_.budgetBytes) return;
+  ceiling_ = ceiling;
+  // Raised too early (the device is fragmented, or others took the memory back): look less often.
+  constexpr int64_t kLongestProbeIntervalNs = 64000000000;
+  ceilingProbeIntervalNs_ = std::min(2 * ceilingProbeIntervalNs_, kLongestProbeIntervalNs);
+  size_t free = 0, total = 0;
+  if (api_.cuMemGetInfo_v2 == nullptr || api_.cuMemGetInfo_v2(&free, &total) != CUDA_SUCCESS)
+    free = total = 0;
+  DELTA_WARN_ONCE("the device ran out of memory with %llu MiB of managed buffers, under DELTA_BUDGET "
+                  "(%llu MiB): other processes, the CUDA context or unmanaged allocations hold the "
+                  "rest of its %llu MiB (%llu MiB free now). Evicting more; managed buffers are kept "
+                  "under %llu MiB, the effective ceiling (DELTA_VERBOSE=1 reports it at exit)",
+                  (unsigned long long)(refusedAt >> 20), (unsigned long long)(config_.budgetBytes >> 20),
+                  (unsigned long long)((config_.deviceBytes ? config_.deviceBytes : total) >> 20),
+                  (unsigned long long)(free >> 20), (unsigned long long)(ceiling_ >> 20));
+  logVerbose(2, "effective ceiling lowered to %llu MiB", (unsigned long long)(ceiling_ >> 20));
+}
+
+void Residency::maybeRaiseCeiling(int64_t now) {
+  // The memory others held may come back (a process ended, the program freed what it held
+  // unmanaged): look again now and then, never on every launch.
+  if (now - ceilingProbedNs_ < ceilingProbeIntervalNs_) return;
+  ceilingProbedNs_ = now;
+  size_t free = 0, total = 0;
+  if (api_.cuMemGetInfo_v2 == nullptr || api_.cuMemGetInfo_v2(&free, &total) != CUDA_SUCCESS)
+    return;
+  const uint64_t available = free + deviceBytes();
+  const uint64_t spare = headroom(free);
+  if (available <= spare) return;
+  const uint64_t room = (available - spare) / granularity_ * granularity_;
+  if (room <= ceiling_) return;
+  ceiling_ = room >= config_.budgetBytes ? UINT64_MAX : room;
+  logVerbose(2, "effective ceiling raised to %llu MiB",
+             (unsigned long long)(std::min(ceiling_, config_.budgetBytes) >> 20));
+}
+
+CUresult Residency::acquireOrEvict(uint64_t bytes, CUmemGenericAllocationHandle* handle,
+                                   std::span<const uint32_t> keep, uint32_t cause) {
+  CUresult result = acquirePhysical(bytes, handle);
+  if (result != CUDA_ERROR_OUT_OF_MEMORY) return result;
+  stats_.deviceFull++;
+  // Evicting helps only when the device is short of memory by its own account. A refusal with
+  // room to spare is about something else, and evicting for it would lose buffers for nothing:
+  // their restores would be refused as well.
+  auto deviceHasRoom = [&] {
+    size_t free = 0, total = 0;
+    return api_.cuMemGetInfo_v2 != nullptr &&
+           api_.cuMemGetInfo_v2(&free, &total) == CUDA_SUCCESS && free >= bytes + granularity_;
+  };
+  if (deviceHasRoom()) return result;
+  const uint64_t refusedAt = deviceBytes();
+  // The device holds less than the budget: evict what the policy chooses, `bytes` at a time,
+  // until the memory is there or nothing more can go.
+  keepIds_.assign(keep.begin(), keep.end());
+  keepIds_.insert(keepIds_.end(), heldIds_.begin(), heldIds_.end());
+  policy::Victim victims[kVictimBatch];
+  while (result == CUDA_ERROR_OUT_OF_MEMORY) {
+    policy::EvictRequest request;
+    request.bytes = bytes;
+    request.now_ns = nowNs();
+    request.urgent = true;
+    request.keep = keepIds_;
+    const size_t count = policy_->chooseVictims(request, victims);
+    if (count == 0 || !evict(victims, count, cause)) break;
+    // A victim's memory of exactly this size is taken as it is: the device is not asked again
+    // (it may refuse new memory for reasons of its own, and what it refuses once it may refuse
+    // to the victim's restore too).
+    if (auto same = pool_.find(bytes); same != pool_.end()) {
+      *handle = same->second;
+      pool_.erase(same);
+      pooled_ -= bytes;
+      result = CUDA_SUCCESS;
+      break;
+    }
+    trimPool(UINT64_MAX);
+    result = acquirePhysical(bytes, handle);
+    if (result == CUDA_ERROR_OUT_OF_MEMORY && deviceHasRoom()) break;
+  }
+  if (result == CUDA_SUCCESS) lowerCeiling(refusedAt, deviceBytes() + bytes);
+  return result;
+}
+
+bool Residency::relieveDevice(uint64_t bytes) {
+  NoticesAfterUnlock notices{this};
+  ReentryGuard guard;
+  std::lock_guard lock(mutex_);
+  const uint64_t before = deviceBytes();
+  if (before == 0) return false;
+  stats_.deviceFull++;
+  evictUntil(roundUp(bytes, granularity_), before, {}, nowNs(), 0);
+  if (deviceBytes() >= before) return false;
+  // What managed buffers hold now is what the device can spare them.
+  lowerCeiling(before, deviceBytes());
+  return true;
 }
 
 bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t cause) {
@@ -502,8 +652,8 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
   return any;
 }
 
-CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause, bool prefetched,
-                            bool perThreadStream) {
+CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause,
+                            std::span<const uint32_t> keep, bool prefetched, bool perThreadStream) {
   const int64_t start = nowNs();
   Buffer& buffer = buffers_[id];
   CUmemGenericAllocationHandle handle = 0;
@@ -517,7 +667,9 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause, bool p
       reclaimQuarantine(true);
       trimPool(UINT64_MAX);
     }
-    result = acquirePhysical(buffer.mappedBytes, &handle);
+    // A prefetch never evicts: what it would evict may be needed sooner.
+    result = prefetched ? acquirePhysical(buffer.mappedBytes, &handle)
+                        : acquireOrEvict(buffer.mappedBytes, &handle, keep, cause);
     if (result != CUDA_SUCCESS) continue;
     result = mapAt(buffer.address, buffer.mappedBytes, handle);
     if (result != CUDA_SUCCESS) {
@@ -564,21 +716,144 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause, bool p
 void Residency::addWithLinks(uint32_t id, std::vector<uint32_t>& ids, int depth) {
   if (std::find(ids.begin(), ids.end(), id) != ids.end()) return;
   ids.push_back(id);
-  if (depth >= kMaxLinkDepth) return;
-  for (size_t i = 0; i < buffers_[id].linked.size(); ++i) {
-    uint32_t target = buffers_[id].linked[i];
-    if (target < buffers_.size() && buffers_[target].live) addWithLinks(target, ids, depth + 1);
+  if (!buffers_[id].table || depth >= kMaxLinkDepth) return;
+  if (const PointerTables::Table* table = tables_.tableAt(buffers_[id].address))
+    addTableTargets(*table, ids, depth + 1);
+}
+
+void Residency::addTableTargets(const PointerTables::Table& table, std::vector<uint32_t>& ids,
+                                int depth) {
+  // The values the kernel will dereference, resolved now: whatever buffer lies there today.
+  for (uint64_t value : table.values) {
+    const uint32_t id = addresses_.find(value);
+    if (id != AddressMap::kNone) {
+      addWithLinks(id, ids, depth);
+    } else if (depth < kMaxLinkDepth) {
+      // A table of tables: an unmanaged table the value leads into.
+      const PointerTables::Table* inner = tables_.tableContaining(value);
+      if (inner != nullptr && inner != &table) addTableTargets(*inner, ids, depth + 1);
+    }
   }
 }
 
 void Residency::collect(const Touch& touch, std::vector<uint32_t>& ids) {
-  for (size_t i = 0; i < touch.pointerCount; ++i) {
-    uint32_t id = addresses_.find(touch.pointers[i]);
-    if (id != AddressMap::kNone) addWithLinks(id, ids, 0);
+  auto add = [&ids](uint32_t id) {
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  };
+  if (touch.kind == UseKind::kKernel) {
+    // A kernel may dereference what its buffers hold: tables bring their targets along.
+    for (size_t i = 0; i < touch.pointerCount; ++i) {
+      const uint64_t value = touch.pointers[i];
+      const uint32_t id = addresses_.find(value);
+      if (id != AddressMap::kNone) {
+        addWithLinks(id, ids, 0);
+      } else if (!tables_.empty()) {
+        if (const PointerTables::Table* table = tables_.tableContaining(value))
+          addTableTargets(*table, ids, 1);
+      }
+    }
+  } else {
+    // A copy or memset moves bytes; it dereferences nothing.
+    for (size_t i = 0; i < touch.pointerCount; ++i) {
+      const uint32_t id = addresses_.find(touch.pointers[i]);
+      if (id != AddressMap::kNone) add(id);
+    }
   }
-  if (touch.rangeBytes > 0)
-    addresses_.forEachOverlapping(touch.rangeStart, touch.rangeBytes,
-                                  [&](uint32_t id) { addWithLinks(id, ids, 0); });
+  if (touch.rangeBytes > 0) addresses_.forEachOverlapping(touch.rangeStart, touch.rangeBytes, add);
+}
+
+// ---- pointer tables: what copies and memsets write ----------------------------------------
+
+// Host-to-device copies are scanned for pointers when they are at most this big (larger ones
+// are data, and scanning them would cost the copy's time again), or when they land on words
+// known to hold pointers (a large table written again).
+constexpr uint64_t kPointerTableScanBytes = 64 << 10;
+
+bool Residency::leadsSomewhere(uint64_t value) const {
+  return addresses_.find(value) != AddressMap::kNone ||
+         tables_.allocationContaining(value).valid() || tables_.tableContaining(value) != nullptr;
+}
+
+bool Residency::isDeviceMemory(uint64_t address) {
+  if (addresses_.find(address) != AddressMap::kNone || tables_.allocationContaining(address).valid())
+    return true;
+  if (api_.cuPointerGetAttribute == nullptr) return false;
+  unsigned type = 0;
+  // Host memory the driver does not know is an error, not a type: it is the host's.
+  return api_.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, address) ==
+             CUDA_SUCCESS &&
+         (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_ARRAY || type == CU_MEMORYTYPE_UNIFIED);
+}
+
+PointerTables::Range Residency::allocationOf(uint64_t address) {
+  const uint32_t id = addresses_.find(address);
+  if (id != AddressMap::kNone) return {buffers_[id].address, buffers_[id].bytes};
+  if (PointerTables::Range known = tables_.allocationContaining(address); known.valid()) return known;
+  if (const PointerTables::Table* table = tables_.tableContaining(address)) return table->range;
+  // Memory the shim did not see allocated (before it was active, or another allocation path).
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  if (api_.cuMemGetAddressRange_v2 != nullptr &&
+      api_.cuMemGetAddressRange_v2(&base, &bytes, address) == CUDA_SUCCESS && bytes > 0)
+    return {base, bytes};
+  return {};
+}
+
+void Residency::refreshTableFlag(uint64_t address) {
+  const uint32_t id = addresses_.find(address);
+  if (id != AddressMap::kNone)
+    buffers_[id].table = tables_.tableAt(buffers_[id].address) != nullptr;
+}
+
+void Residency::noteHostTable(uint64_t destination, const void* source, uint64_t bytes) {
+  const bool knownTable = tables_.anyEntriesIn(destination, bytes);
+  if (bytes > kPointerTableScanBytes && !knownTable) return;
+  tableScratch_.clear();
+  const auto* host = static_cast<const unsigned char*>(source);
+  // Pointers sit at 8-byte aligned device addresses, wherever the host copy starts.
+  for (uint64_t offset = (8 - destination % 8) % 8; offset + 8 <= bytes; offset += 8) {
+    uint64_t value;
+    std::memcpy(&value, host + offset, 8);
+    if (value != 0 && leadsSomewhere(value))
+      tableScratch_.push_back(PointerTables::Entry{destination + offset, value});
+  }
+  if (tableScratch_.empty() && !knownTable) return;  // data, as nearly every copy is
+  tables_.write(allocationOf(destination), destination, bytes, tableScratch_);
+  refreshTableFlag(destination);
+}
+
+void Residency::noteWrittenLocked(const WorkInfo& work) {
+  const uint64_t destination = work.copyDst;
+  const uint64_t bytes = work.bytes;
+  if (bytes == 0) return;
+  if (work.kind == WorkInfo::Kind::kMemset) {
+    if (!tables_.empty() && tables_.anyEntriesIn(destination, bytes)) {
+      tables_.clear(destination, bytes);
+      refreshTableFlag(destination);
+    }
+    return;
+  }
+  trace::CopyKind kind = work.copyKind;
+  if (kind == trace::CopyKind::kDefault) {
+    // Unified addressing: the driver infers the direction, and so must we, but only where the
+    // answer matters (a small copy that may carry pointers, or any copy once tables exist).
+    if (bytes > kPointerTableScanBytes && tables_.empty()) return;
+    const bool fromDevice = isDeviceMemory(work.copySrc);
+    const bool toDevice = isDeviceMemory(destination);
+    kind = !toDevice     ? trace::CopyKind::kDeviceToHost
+           : fromDevice ? trace::CopyKind::kDeviceToDevice
+                        : trace::CopyKind::kHostToDevice;
+  }
+  if (kind == trace::CopyKind::kHostToDevice) {
+    if (bytes >= 8 || !tables_.empty())
+      noteHostTable(destination, reinterpret_cast<const void*>(work.copySrc), bytes);
+  } else if (kind == trace::CopyKind::kDeviceToDevice) {
+    if (tables_.empty()) return;
+    if (!tables_.anyEntriesIn(work.copySrc, bytes) && !tables_.anyEntriesIn(destination, bytes))
+      return;
+    tables_.copy(work.copySrc, allocationOf(destination), destination, bytes);
+    refreshTableFlag(destination);
+  }
 }
 
 void Residency::recordUse(Buffer& buffer, CUstream stream, bool perThreadStream) {
@@ -703,6 +978,10 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
                      : work.kind == WorkInfo::Kind::kMemset ? "a memset"
                                                             : "a launch";
   *whatOut = what;
+  if (work.kind == WorkInfo::Kind::kCopy || work.kind == WorkInfo::Kind::kMemset) {
+    ReentryGuard guard;  // isDeviceMemory and allocationOf may ask the driver
+    noteWrittenLocked(work);
+  }
   int64_t now = nowNs();
   bool recomputing = false;  // some buffer must be regenerated by a callback, on this thread
   for (;;) {
@@ -783,9 +1062,9 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
     for (uint32_t id : workingSet_) {
       Buffer& buffer = buffers_[id];
       if (buffer.state == State::kEvicted) {
-        result = restore(id, stream, kernel, false, perThreadStream);
+        result = restore(id, stream, kernel, workingSet_, false, perThreadStream);
       } else if (buffer.state == State::kDropped) {
-        result = remap(id);
+        result = remap(id, workingSet_);
         if (result == CUDA_SUCCESS) {
           policy_->onRestored(id, now);
           buffer.regenerating = true;
@@ -935,10 +1214,10 @@ CUresult Residency::runRecomputes(std::vector<RecomputeCall>& calls, CUstream st
   return result;
 }
 
-CUresult Residency::remap(uint32_t id) {
+CUresult Residency::remap(uint32_t id, std::span<const uint32_t> keep) {
   Buffer& buffer = buffers_[id];
   CUmemGenericAllocationHandle handle = 0;
-  CUresult result = acquirePhysical(buffer.mappedBytes, &handle);
+  CUresult result = acquireOrEvict(buffer.mappedBytes, &handle, keep, 0);
   if (result != CUDA_SUCCESS) return result;
   result = mapAt(buffer.address, buffer.mappedBytes, handle);
   if (result != CUDA_SUCCESS) {
@@ -1007,7 +1286,7 @@ void Residency::deliverDropNotices() {
 
 void Residency::prefetch(int64_t now) {
   // Only into free room: a prefetch never evicts (what it would evict may be needed sooner).
-  if (deviceBytes() >= config_.budgetBytes) return;
+  if (deviceBytes() >= limitLocked()) return;
   policy::Prefetch wanted[8];
   policy::PrefetchRequest request;
   request.now_ns = now;
@@ -1018,12 +1297,12 @@ void Residency::prefetch(int64_t now) {
     if (id >= buffers_.size()) continue;
     Buffer& buffer = buffers_[id];
     if (!buffer.live || buffer.state != State::kEvicted || buffer.host == nullptr) continue;
-    if (deviceBytes() + buffer.mappedBytes > config_.budgetBytes) break;
+    if (deviceBytes() + buffer.mappedBytes > limitLocked()) break;
     if (prefetchStream_ == nullptr &&
         api_.cuStreamCreate(&prefetchStream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
       return;
     // On its own stream; whoever uses the buffer first waits for it (orderAfterRestore).
-    if (restore(id, prefetchStream_, 0, true) != CUDA_SUCCESS) return;
+    if (restore(id, prefetchStream_, 0, {}, true) != CUDA_SUCCESS) return;
     stats_.prefetches++;
   }
 }
@@ -1062,21 +1341,6 @@ void Residency::prepareEverything(CUstream stream, bool perThreadStream) {
   work.kind = WorkInfo::Kind::kOpaque;
   work.name = "a launch that cannot be analysed";
   prepare(stream, perThreadStream, &touch, 1, work);
-}
-
-void Residency::linkPointerTable(CUdeviceptr destination, const void* source, size_t bytes) {
-  std::lock_guard lock(mutex_);
-  uint32_t table = addresses_.find(destination);
-  if (table == AddressMap::kNone) return;
-  const auto* words = static_cast<const unsigned char*>(source);
-  for (size_t offset = 0; offset + 8 <= bytes; offset += 8) {
-    uint64_t value;
-    std::memcpy(&value, words + offset, 8);
-    uint32_t target = addresses_.find(value);
-    if (target == AddressMap::kNone || target == table) continue;
-    auto& linked = buffers_[table].linked;
-    if (std::find(linked.begin(), linked.end(), target) == linked.end()) linked.push_back(target);
-  }
 }
 
 bool Residency::pin(CUdeviceptr address, bool pinned) {
@@ -1129,7 +1393,7 @@ CUresult Residency::exportBuffer(CUdeviceptr address, CUdeviceptr* base, uint64_
   const int64_t now = nowNs();
   if (buffer.state != State::kResident) {
     if (CUresult r = makeRoom(buffer.mappedBytes, keep, now, 0); r != CUDA_SUCCESS) return r;
-    if (CUresult r = restore(id, nullptr, 0); r != CUDA_SUCCESS) return r;
+    if (CUresult r = restore(id, nullptr, 0, keep); r != CUDA_SUCCESS) return r;
   }
   // Re-back the buffer with physical memory that can be exported: copy it through a
   // temporary mapping, then swap the mappings at the buffer's address. Export is rare.
@@ -1239,7 +1503,7 @@ int Residency::beginRecompute(CUdeviceptr address) {
   const int64_t now = nowNs();
   const std::vector<uint32_t> keep{id};
   if (makeRoom(buffer.mappedBytes, keep, now, 0) != CUDA_SUCCESS) return -1;
-  if (CUresult r = remap(id); r != CUDA_SUCCESS) {
+  if (CUresult r = remap(id, keep); r != CUDA_SUCCESS) {
     logLine("cannot map memory to regenerate the buffer at 0x%llx (%llu bytes): %s",
             (unsigned long long)buffer.address, (unsigned long long)buffer.bytes,
             resultText(api_, r));
@@ -1292,6 +1556,8 @@ Stats Residency::stats() {
     pollRecomputeTimings();
   }
   Stats copy = stats_;
+  copy.ceilingBytes = limitLocked();
+  copy.pointerTables = tables_.size();
   copy.residentBytes = resident_;
   copy.liveBuffers = addresses_.size();
   return copy;

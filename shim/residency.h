@@ -12,6 +12,15 @@
 // up in the address map (O(log n)), and tells the policy (O(buffers of the launch)); no CUDA
 // call, no allocation once the per-launch scratch vectors have grown.
 //
+// Pointer tables (pointer_tables.h): what the program writes into device memory that points at
+// tracked buffers is remembered per allocation, and a launch that touches such a table gets the
+// buffers it leads to as well. Unmanaged allocations made through the shim are remembered too
+// (their extent only), so that tables in them are found.
+//
+// A full device: the budget is a ceiling, not a promise that the device has that much free.
+// When the device refuses physical memory, more is evicted and the call retried, and the level
+// at which the device said no becomes the effective ceiling (warned about once).
+//
 // Locking: one mutex. It is held across the driver calls that evict and restore, because
 // those must be atomic with respect to other launches' view of the buffers. Those calls
 // run under ReentryGuard, so the CUPTI callbacks they raise return at once and cannot take
@@ -33,10 +42,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "policy/policy.h"
 #include "shim/address_map.h"
+#include "shim/pointer_tables.h"
 #include "shim/real_api.h"
 #include "trace/trace_writer.h"
 
@@ -47,6 +58,7 @@ struct ResidencyConfig {
   uint64_t hostLimitBytes = 0;
   bool strict = false;
   bool prefetch = true;  // restore what the policy predicts, when it fits without evicting
+  uint64_t deviceBytes = 0;  // the device's memory, for messages
 };
 
 struct Stats {
@@ -70,6 +82,9 @@ struct Stats {
   uint64_t recomputes = 0;          // dropped buffers regenerated
   uint64_t recomputeFailures = 0;   // callbacks that returned an error
   uint64_t recomputeNs = 0;         // device time of callback recomputes, as measured
+  uint64_t deviceFull = 0;          // times the device refused memory the budget allowed
+  uint64_t ceilingBytes = 0;        // the effective ceiling: the budget, or less (device full)
+  uint64_t pointerTables = 0;       // allocations holding pointers to tracked buffers now
 };
 
 // How a managed buffer's contents can be regenerated (the public API's registrations).
@@ -92,8 +107,8 @@ struct WorkInfo {
   uint32_t block[3] = {0, 0, 0};
   trace::CopyKind copyKind = trace::CopyKind::kDefault;
   uint64_t bytes = 0;          // copies and memsets
-  uint64_t copyDst = 0;        // copies: the two addresses
-  uint64_t copySrc = 0;
+  uint64_t copyDst = 0;        // copies and memsets: the destination
+  uint64_t copySrc = 0;        // copies: the source (a host pointer for host-to-device copies)
 };
 
 // What a launch, copy or memset is about to touch.
@@ -111,8 +126,16 @@ class Residency {
   // cuMemAlloc for a managed buffer. CUDA_ERROR_OUT_OF_MEMORY when even eviction cannot
   // make room (strict), or the device is really full.
   CUresult allocate(size_t bytes, CUdeviceptr* out);
-  // True and frees when `address` is a managed buffer's start; false: not ours.
+  // True and frees when `address` is a managed buffer's start; false: not ours (an unmanaged
+  // allocation starting there is forgotten, with any pointer table in it).
   bool free(CUdeviceptr address);
+  // An unmanaged allocation made through the shim (below DELTA_MIN_BYTES, or left to the driver):
+  // remembered as a range, so that pointer tables copied into it are found.
+  void noteUnmanagedAllocation(CUdeviceptr address, size_t bytes);
+  // The device refused an unmanaged allocation of `bytes`: evicts managed buffers (what the
+  // policy allows) so that the caller can try again, and lowers the effective ceiling to what
+  // managed buffers hold then. False when nothing could be given back.
+  bool relieveDevice(uint64_t bytes);
   bool owns(CUdeviceptr address);
 
   // Before work is enqueued on `stream`: makes every managed buffer in the candidate
@@ -137,10 +160,6 @@ class Residency {
   // A launch that could not be analysed: every evicted buffer is brought back (over budget
   // if it must be) so that whatever it touches is there.
   void prepareEverything(CUstream stream, bool perThreadStream);
-  // A small host-to-device copy into a managed buffer: pointer values found in `source`
-  // that fall in managed buffers are linked to the destination, so that a launch touching
-  // the destination (a table of pointers) also brings them back.
-  void linkPointerTable(CUdeviceptr destination, const void* source, size_t bytes);
 
   // Never evicted while pinned (IPC exports, collectives, the public API).
   bool pin(CUdeviceptr address, bool pinned);
@@ -169,6 +188,9 @@ class Residency {
 
   Stats stats();
   uint64_t budget() const { return config_.budgetBytes; }
+  // What managed buffers may hold now: the budget, or less where the device has shown that it
+  // holds less (cudaMemGetInfo reports it as free room).
+  uint64_t limit();
 
   // Records into `trace` from now on (nullptr: stop). The writer must outlive the calls.
   void setTrace(trace::TraceWriter* trace);
@@ -208,7 +230,7 @@ class Residency {
     CUevent restoreEvent = nullptr;  // restore copy still possibly in flight
     CUstream restoreStream = nullptr;
     const void* restoreThread = nullptr;  // restored on this thread's per-thread stream
-    std::vector<uint32_t> linked;  // buffers reached through a pointer table stored in this one
+    bool table = false;  // holds pointers to tracked buffers (tables_ has its entries)
     RecomputeHook hook;
     // Mapped again, contents being regenerated: by a callback on regeneratingThread, or
     // (regeneratingThread nullptr) by the framework until delta_recomputed. Never evicted.
@@ -246,12 +268,29 @@ class Residency {
   };
 
   uint64_t deviceBytes() const { return resident_ + pooled_ + quarantinedBytes_; }
+  uint64_t limitLocked() const { return std::min(config_.budgetBytes, ceiling_); }
   // `cause`: the trace's name id of the work that needs the room (0: an allocation).
   CUresult makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
                     uint32_t cause);
+  // Evicts what the policy chooses, never `keep` nor held buffers, until `bytes` more fit under
+  // `limit` or nothing more can go. True when everything fits.
+  bool evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint32_t> keep, int64_t now,
+                  uint32_t cause);
+  // Physical memory for a buffer of `bytes`; when the device is full, evicts (never `keep`) and
+  // tries again, lowering the ceiling to the level at which the device gave it.
+  CUresult acquireOrEvict(uint64_t bytes, CUmemGenericAllocationHandle* handle,
+                          std::span<const uint32_t> keep, uint32_t cause);
+  // The device said no with `refusedAt` bytes of managed memory; it holds `ceiling`.
+  void lowerCeiling(uint64_t refusedAt, uint64_t ceiling);
+  // Once, at the first allocation: a budget above what the device has free is lowered to it.
+  void checkDeviceFree();
+  // Now and then, when the ceiling binds: has the device got memory back since?
+  void maybeRaiseCeiling(int64_t now);
+  uint64_t headroom(uint64_t deviceFree) const;
   bool evict(const policy::Victim* victims, size_t count, uint32_t cause);
-  CUresult restore(uint32_t id, CUstream stream, uint32_t cause, bool prefetched = false,
-                   bool perThreadStream = false);
+  // `keep`: what restoring may not evict when the device is full (a prefetch never evicts).
+  CUresult restore(uint32_t id, CUstream stream, uint32_t cause, std::span<const uint32_t> keep,
+                   bool prefetched = false, bool perThreadStream = false);
   void prefetch(int64_t now);
   void traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel, bool analysed, int64_t now);
   CUresult acquirePhysical(uint64_t bytes, CUmemGenericAllocationHandle* handle);
@@ -275,7 +314,7 @@ class Residency {
                          bool perThreadStream, const char* what, uint32_t kernel);
   // Maps new physical memory under a dropped buffer; its contents are undefined until
   // regenerated.
-  CUresult remap(uint32_t id);
+  CUresult remap(uint32_t id, std::span<const uint32_t> keep);
   void dropAgain(Buffer& buffer);
   void pollRecomputeTimings();
   void deliverDropNotices();
@@ -289,6 +328,16 @@ class Residency {
   };
   static bool hasDropNotices();
   void addWithLinks(uint32_t id, std::vector<uint32_t>& ids, int depth);
+  void addTableTargets(const PointerTables::Table& table, std::vector<uint32_t>& ids, int depth);
+  // Pointer tables: what a copy or memset writes into device memory (prepareLocked).
+  void noteWrittenLocked(const WorkInfo& work);
+  void noteHostTable(uint64_t destination, const void* source, uint64_t bytes);
+  bool leadsSomewhere(uint64_t value) const;
+  bool isDeviceMemory(uint64_t address);
+  // The allocation `address` lies in, for a table there: a managed buffer, a known unmanaged
+  // allocation, or what the driver says; invalid when nobody knows.
+  PointerTables::Range allocationOf(uint64_t address);
+  void refreshTableFlag(uint64_t address);
 
   const DriverApi& api_;
   const ResidencyConfig config_;
@@ -297,6 +346,8 @@ class Residency {
 
   std::mutex mutex_;
   AddressMap addresses_;
+  PointerTables tables_;
+  std::vector<PointerTables::Entry> tableScratch_;
   std::vector<Buffer> buffers_;    // by policy id
   std::vector<uint32_t> freeIds_;
   uint64_t resident_ = 0;
@@ -326,6 +377,10 @@ class Residency {
   std::condition_variable regenerated_;      // a regeneration ended, or the owner left
   std::vector<RecomputeTiming> recomputeTimings_;
   uint64_t iterations_ = 0;
+  uint64_t ceiling_ = UINT64_MAX;  // the device's own limit for managed memory, once known
+  int64_t ceilingProbedNs_ = 0;
+  int64_t ceilingProbeIntervalNs_ = 1000000000;  // doubles each time the device says no again
+  bool deviceFreeChecked_ = false;
 };
 
 int64_t nowNs();

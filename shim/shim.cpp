@@ -99,6 +99,7 @@ Residency* Shim::activate() {
   config.hostLimitBytes = hostLimit;
   config.strict = options_.strict;
   config.prefetch = options_.prefetch;
+  config.deviceBytes = deviceBytes;
   auto* residency = new Residency(driver_, config, std::move(made.policy), granularity);
   CuptiStatus cupti = subscribeCupti(options_.cuptiPath, driver_, *residency);
   if (!cupti.subscribed) {
@@ -203,6 +204,10 @@ void Shim::printSummary() {
             "time measured), %llu recompute callbacks failed",
             (unsigned long long)s.drops, (unsigned long long)s.recomputes, s.recomputeNs / 1e9,
             (unsigned long long)s.recomputeFailures);
+  if (s.deviceFull > 0 || s.ceilingBytes < residency->budget())
+    logLine("summary: the device ran out of memory before the budget %llu times; effective ceiling "
+            "%llu MiB (DELTA_BUDGET %llu MiB)",
+            (unsigned long long)s.deviceFull, mib(s.ceilingBytes), mib(residency->budget()));
   logLine("summary: %.3f s waiting for evictions, %llu launches over budget, %llu launches not "
           "analysed, %llu pageable host fallbacks",
           s.stallNs / 1e9, (unsigned long long)s.overBudgetLaunches,
@@ -211,7 +216,8 @@ void Shim::printSummary() {
   logLine("stats budget_bytes=%llu peak_resident_bytes=%llu evictions=%llu restores=%llu "
           "prefetches=%llu bytes_to_host=%llu bytes_to_device=%llu over_budget_launches=%llu "
           "over_budget_allocations=%llu unanalysed_launches=%llu stall_ns=%llu drops=%llu "
-          "recomputes=%llu recompute_failures=%llu recompute_ns=%llu",
+          "recomputes=%llu recompute_failures=%llu recompute_ns=%llu device_full=%llu "
+          "ceiling_bytes=%llu pointer_tables=%llu",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
           (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
@@ -219,7 +225,9 @@ void Shim::printSummary() {
           (unsigned long long)s.overBudgetLaunches, (unsigned long long)s.overBudgetAllocations,
           (unsigned long long)s.unanalysedLaunches, (unsigned long long)s.stallNs,
           (unsigned long long)s.drops, (unsigned long long)s.recomputes,
-          (unsigned long long)s.recomputeFailures, (unsigned long long)s.recomputeNs);
+          (unsigned long long)s.recomputeFailures, (unsigned long long)s.recomputeNs,
+          (unsigned long long)s.deviceFull, (unsigned long long)s.ceilingBytes,
+          (unsigned long long)s.pointerTables);
 }
 
 }  // namespace delta::shim
