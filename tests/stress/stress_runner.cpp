@@ -1,13 +1,19 @@
 // stress-runner: runs stress-workload for one seed without the shim and then under
 // libdelta.so at budgets of 10, 30, 60 and 90 % of the workload's peak, and checks each run.
 //
+// With --device-full, the budget is the whole device instead, and the device holds less than
+// the job's peak: another process takes the job's peak of it for the middle third of the run
+// (the shim finds out when the device refuses memory), or holds it from the start (the shim
+// finds out from cuMemGetInfo). What is left is what the largest launch needs plus 8 MiB, so
+// the job can run; the runs must give the same digest, and the first must have met a refusal.
+//
 // Every run must exit 0 and print "stress: ok" (the program compared every buffer with its
 // shadow), the platform's fault detector must never fire ("cudasim: illegal address"), and
 // the final digest must equal the unshimmed run's. Under the shim the stats line must be
 // there, and the small budgets (10 and 30 %) must have evicted. Launches over budget are
 // allowed (at 10 % one launch's buffers may not fit) and counted in the summary line.
 //
-// usage: stress-runner STRESS_WORKLOAD LIBDELTA_SO SEED [workload arguments...]
+// usage: stress-runner STRESS_WORKLOAD LIBDELTA_SO SEED [--device-full] [workload arguments...]
 // Exit 0 when every run passed; 1 with one line per failure otherwise.
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +33,7 @@ Outcome run(const std::vector<std::string>& argv, const std::vector<std::string>
 }
 
 int gFailures = 0;
+std::string gShim;
 
 void fail(const std::string& run, const std::string& what, const Outcome& o) {
   ++gFailures;
@@ -52,6 +59,57 @@ bool checkRun(const std::string& name, const Outcome& o) {
   return true;
 }
 
+bool sameDigest(const std::string& name, const Outcome& shimmed, const Outcome& plain) {
+  if (!checkRun(name, shimmed)) return false;
+  if (shimmed.value("digest") != plain.value("digest")) {
+    fail(name, "corruption: digest " + shimmed.value("digest") + " differs from the plain run's", shimmed);
+    return false;
+  }
+  if (shimmed.stat("evictions") == ~0ull) {
+    fail(name, "no libdelta stats line", shimmed);
+    return false;
+  }
+  return true;
+}
+
+bool runDeviceFull(const std::vector<std::string>& command, const Outcome& plain) {
+  const unsigned long long live = std::strtoull(plain.value("live_peak_bytes").c_str(), nullptr, 10);
+  const unsigned long long launch =
+      std::strtoull(plain.value("max_launch_mapped_bytes").c_str(), nullptr, 10);
+  if (live == 0 || launch == 0) {
+    fail("device-full", "no live_peak_bytes or max_launch_mapped_bytes line", plain);
+    return false;
+  }
+  const unsigned long long left = launch + (8ull << 20);
+  const std::string device = "CUDASIM_DEVICE_MEMORY=" + std::to_string(live + left);
+
+  std::vector<std::string> midway = command;
+  midway.insert(midway.end(), {"--take-device", std::to_string(live)});
+  const std::string name = "device of " + std::to_string((live + left) >> 20) + " MiB, " +
+                           std::to_string(live >> 20) + " MiB of it taken midway";
+  const Outcome shrunk = run(midway, {"LD_PRELOAD=" + gShim, "DELTA_VERBOSE=1", "DELTA_BUDGET=100%", device});
+  if (sameDigest(name, shrunk, plain)) {
+    if (shrunk.stat("device_full") == 0)
+      fail(name, "the device never refused memory: the run did not test what it is for", shrunk);
+    std::printf("%s: ok evictions %llu device_full %llu ceiling_bytes %llu\n", name.c_str(),
+                shrunk.stat("evictions"), shrunk.stat("device_full"), shrunk.stat("ceiling_bytes"));
+  }
+
+  const std::string startName = "device of " + std::to_string((live + left) >> 20) + " MiB, " +
+                                std::to_string(live >> 20) + " MiB of it taken from the start";
+  const Outcome taken = run(command, {"LD_PRELOAD=" + gShim, "DELTA_VERBOSE=1", "DELTA_BUDGET=100%",
+                                      device, "CUDASIM_FAULTS=device-taken=" + std::to_string(live)});
+  if (sameDigest(startName, taken, plain)) {
+    if (taken.err.find("the effective ceiling") == std::string::npos)
+      fail(startName, "no warning naming the effective ceiling", taken);
+    else
+      std::printf("%s: ok evictions %llu ceiling_bytes %llu\n", startName.c_str(),
+                  taken.stat("evictions"), taken.stat("ceiling_bytes"));
+  }
+  std::fflush(stdout);
+  return gFailures == 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,10 +118,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string workload = argv[1];
-  const std::string shim = argv[2];
+  gShim = argv[2];
+  const std::string& shim = gShim;
   const std::string seed = argv[3];
+  const bool deviceFull = argc > 4 && std::string(argv[4]) == "--device-full";
   std::vector<std::string> command = {workload, "--seed", seed};
-  for (int i = 4; i < argc; ++i) command.push_back(argv[i]);
+  for (int i = deviceFull ? 5 : 4; i < argc; ++i) command.push_back(argv[i]);
 
   const Outcome plain = run(command, {});
   const std::string plainName = "seed " + seed + " without the shim";
@@ -74,6 +134,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("seed %s: peak_live_bytes %llu digest %s\n", seed.c_str(), peak, plain.value("digest").c_str());
+  if (deviceFull) return runDeviceFull(command, plain) ? 0 : 1;
 
   for (int percent : {10, 30, 60, 90}) {
     const unsigned long long budget = peak * percent / 100;

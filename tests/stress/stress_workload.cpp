@@ -11,6 +11,12 @@
 // copies in the three directions from pinned and pageable host memory, memsets, event waits
 // across streams and stream / device synchronisations.
 //
+// The gather's sources are reached only through a table of device pointers, which lives in a
+// large managed buffer or in a small unmanaged allocation (64 B to 4 KiB, kept, written again,
+// copied device to device, cleared by a memset, freed), at an offset (the kernel gets an
+// interior pointer), as a field of a struct parameter, or behind a table of tables. Small tables
+// may keep pointers to buffers freed since: the addresses come back for other buffers.
+//
 // Why the expected contents are well defined: every buffer's operations are serialised. Each
 // buffer remembers the stream of its last use; an operation on another stream first records
 // that stream's event and waits for it. So a buffer's operations run in program order, and
@@ -18,11 +24,19 @@
 // Host memory handed to an async copy stays untouched until its stream has been synchronised;
 // a device-to-host copy's result is checked then, against the shadow as it was at enqueue.
 //
+// --take-device SIZE: for the middle third of the run, another process (a cudasim fault) holds
+// SIZE bytes of the device; the results must not change.
+//
 // Threads share nothing but the device, so the results do not depend on how they interleave:
 // the final `digest:` is a function of the arguments alone, with or without the shim.
 //
 // Output (stdout): `peak_live_bytes: N` (sum over threads of each thread's peak of live
-// device bytes: deterministic, and an upper bound of the program's peak), `digest: HEX`,
+// device bytes: deterministic, and an upper bound of the program's peak),
+// `max_launch_mapped_bytes: N` (the most one kernel touches, each buffer of 1 MiB or more
+// rounded up to 2 MiB as the shim maps it: a device must hold two such launches, one per thread
+// in flight, for the shim to run the program on it), `live_peak_bytes: N` (the most bytes live
+// at once over all threads, as this run's threads interleaved: for sizing devices, not
+// deterministic), `digest: HEX`,
 // `stress: ok ops=... compared_bytes=...`. A mismatch prints `stress: MISMATCH ...` with the
 // buffer, offset, expected and actual byte and the buffer's last operations, and exits 1; a
 // failing CUDA call exits 1 too; bad arguments exit 2.
@@ -110,6 +124,15 @@ void digest_bytes(uint8_t* dst, const uint8_t* src, uint64_t n) {
 void fill_kernel(uint8_t*, uint64_t, uint64_t) { stub_called("fill"); }
 void mix_kernel(uint8_t*, const uint8_t*, uint64_t) { stub_called("mix"); }
 void gather_kernel(const uint8_t* const*, uint32_t, uint8_t*, uint64_t) { stub_called("gather"); }
+struct TableField {  // a struct parameter whose field is the table
+  const uint8_t* const* table;
+  uint32_t count;
+  uint32_t unused;
+};
+void gather_struct_kernel(TableField, uint8_t*, uint64_t) { stub_called("gather_struct"); }
+void gather_nested_kernel(const uint8_t* const* const*, uint32_t, uint8_t*, uint64_t) {
+  stub_called("gather_nested");
+}
 void digest_kernel(uint8_t*, const uint8_t*, uint64_t) { stub_called("digest"); }
 
 template <typename T>
@@ -128,6 +151,15 @@ void gather_body(void** p, dim3, dim3) {
   gather_bytes(arg<uint8_t*>(p, 2), arg<const uint8_t* const*>(p, 0), arg<uint32_t>(p, 1),
                arg<uint64_t>(p, 3));
 }
+void gather_struct_body(void** p, dim3, dim3) {
+  const TableField field = arg<TableField>(p, 0);
+  gather_bytes(arg<uint8_t*>(p, 1), field.table, field.count, arg<uint64_t>(p, 2));
+}
+void gather_nested_body(void** p, dim3, dim3) {
+  // The outer table's first word is the table of sources.
+  gather_bytes(arg<uint8_t*>(p, 2), arg<const uint8_t* const* const*>(p, 0)[0], arg<uint32_t>(p, 1),
+               arg<uint64_t>(p, 3));
+}
 void digest_body(void** p, dim3, dim3) {
   digest_bytes(arg<uint8_t*>(p, 0), arg<const uint8_t*>(p, 1), arg<uint64_t>(p, 2));
 }
@@ -135,12 +167,17 @@ void digest_body(void** p, dim3, dim3) {
 void register_kernels() {
   static const size_t three[] = {8, 8, 8};
   static const size_t gather[] = {8, 4, 8, 8};
+  static const size_t gatherStruct[] = {sizeof(TableField), 8, 8};
   cudasimRegisterKernel(reinterpret_cast<const void*>(&fill_kernel), "stress_fill", fill_body, 3, three);
   cudasimRegisterKernel(reinterpret_cast<const void*>(&mix_kernel), "stress_mix", mix_body, 3, three);
   cudasimRegisterKernel(reinterpret_cast<const void*>(&gather_kernel), "stress_gather", gather_body, 4,
                         gather);
   cudasimRegisterKernel(reinterpret_cast<const void*>(&digest_kernel), "stress_digest", digest_body, 3,
                         three);
+  cudasimRegisterKernel(reinterpret_cast<const void*>(&gather_struct_kernel), "stress_gather_struct",
+                        gather_struct_body, 3, gatherStruct);
+  cudasimRegisterKernel(reinterpret_cast<const void*>(&gather_nested_kernel), "stress_gather_nested",
+                        gather_nested_body, 4, gather);
 }
 
 // ---- the generator ----------------------------------------------------------------------
@@ -153,6 +190,8 @@ struct Options {
   uint64_t peakHint = 256ull << 20;  // live device bytes, over all threads, at most
   uint64_t checkEvery = 0;           // ops per thread between full checks (0: ops / 4)
   bool perThreadStream = true;       // stream 0 of each thread is cudaStreamPerThread
+  uint64_t takeDevice = 0;           // another process takes this much of the device for the
+                                     // middle third of the run (thread 0's ops)
 };
 
 constexpr uint64_t kMinBytes = 1 << 10;
@@ -160,11 +199,23 @@ constexpr int kStreams = 3;           // per thread: the per-thread default stre
 constexpr uint64_t kMaxCopyBytes = 4 << 20;   // host copies and their expected snapshots
 constexpr uint64_t kMaxPendingBytes = 32 << 20;  // host memory waiting for a stream sync
 constexpr uint32_t kMaxGatherSources = 4;
-constexpr uint64_t kTableBytes = 1 << 20;  // pointer tables: managed (>= the shim's 1 MiB)
+constexpr uint64_t kTableBytes = 1 << 20;  // large pointer tables: managed (>= the shim's 1 MiB)
+constexpr uint64_t kSmallTableMin = 64;     // small ones: unmanaged
+constexpr uint64_t kSmallTableMax = 4 << 10;
+constexpr size_t kSmallTables = 6;          // per thread, at most
 constexpr int kHistory = 6;
 
 std::mutex gPrintMutex;
 std::atomic<bool> gFailed{false};
+std::atomic<uint64_t> gLiveBytes{0};      // over all threads
+std::atomic<uint64_t> gLivePeakBytes{0};
+
+void addLive(int64_t bytes) {
+  const uint64_t now = gLiveBytes.fetch_add(static_cast<uint64_t>(bytes)) + static_cast<uint64_t>(bytes);
+  uint64_t peak = gLivePeakBytes.load();
+  while (now > peak && !gLivePeakBytes.compare_exchange_weak(peak, now)) {
+  }
+}
 
 [[noreturn]] void cuda_failed(const char* call, cudaError_t error, int line) {
   std::lock_guard lock(gPrintMutex);
@@ -204,6 +255,7 @@ struct Buffer {
   uint64_t lastTouch = 0;  // op index
   std::string history[kHistory];  // the last operations that wrote or read it
   int historyNext = 0;
+  std::vector<uint64_t> words;  // small pointer tables: what each 8-byte word holds now
 
   void note(const std::string& what) {
     history[historyNext] = what;
@@ -247,11 +299,22 @@ class Worker {
     }
     const uint64_t checkEvery = options_.checkEvery ? options_.checkEvery : std::max<uint64_t>(ops / 4, 1);
     for (op_ = 1; op_ <= ops && !gFailed.load(); ++op_) {
+      if (index_ == 0 && options_.takeDevice > 0 && (op_ == ops / 3 || op_ == 2 * ops / 3)) {
+        // The device shrinks under whatever holds it now, and later grows back: what a real
+        // job sees when another process comes and goes.
+        const std::string taken =
+            op_ == ops / 3 ? "device-taken=" + std::to_string(options_.takeDevice) : std::string();
+        if (const char* why = cudasimSetFaults(taken.c_str())) {
+          std::fprintf(stderr, "stress: cudasimSetFaults: %s\n", why);
+          std::_Exit(1);
+        }
+      }
       step();
       if (op_ % checkEvery == 0) checkAll();
     }
     if (!gFailed.load()) checkAll();
     while (!buffers_.empty()) freeAt(buffers_.size() - 1);
+    while (!tables_.empty()) freeSmallTable(tables_.back().get());
     syncAll();
     for (int s = 0; s < kStreams; ++s) {
       CHECK(cudaEventDestroy(streams_[s].event));
@@ -260,6 +323,7 @@ class Worker {
   }
 
   uint64_t peak() const { return peak_; }
+  uint64_t maxLaunch() const { return maxLaunch_; }
   uint64_t compared() const { return compared_; }
   uint64_t finalDigest() const { return digest_; }
 
@@ -302,6 +366,45 @@ class Worker {
       b->lastStream = stream;
       b->lastTouch = op_;
     }
+  }
+
+  // A kernel about to touch `buffers` (repeats allowed): how much of the device it needs at once.
+  void noteLaunch(std::initializer_list<const Buffer*> buffers) {
+    noteLaunch(std::vector<const Buffer*>(buffers));
+  }
+  // The same through a small table: the shim cannot know which of its words a kernel reads, so
+  // it brings back every buffer the table leads to now (stale pointers included), through
+  // tables of tables too.
+  void noteTableLaunch(std::vector<const Buffer*> buffers, const Buffer* table) {
+    reachThrough(table, buffers, 0);
+    noteLaunch(buffers);
+  }
+  void reachThrough(const Buffer* table, std::vector<const Buffer*>& reached, int depth) {
+    for (uint64_t value : table->words) {
+      if (value == 0) continue;
+      const Buffer* holder = nullptr;
+      for (const auto& b : buffers_)
+        if (value >= reinterpret_cast<uint64_t>(b->device) &&
+            value < reinterpret_cast<uint64_t>(b->device) + b->bytes)
+          holder = b.get();
+      if (holder != nullptr) {
+        reached.push_back(holder);
+      } else if (const Buffer* inner = smallTableHolding(value);
+                 inner != nullptr && inner != table && depth < 4) {
+        reachThrough(inner, reached, depth + 1);
+      }
+    }
+  }
+  void noteLaunch(const std::vector<const Buffer*>& buffers) {
+    uint64_t total = 0;
+    std::vector<const Buffer*> seen;
+    for (const Buffer* b : buffers) {
+      if (b == nullptr || std::find(seen.begin(), seen.end(), b) != seen.end()) continue;
+      seen.push_back(b);
+      constexpr uint64_t kGranule = 2 << 20;
+      total += b->bytes >= (1 << 20) ? (b->bytes + kGranule - 1) / kGranule * kGranule : b->bytes;
+    }
+    maxLaunch_ = std::max(maxLaunch_, total);
   }
 
   Buffer& pick() { return *buffers_[rng_.below(buffers_.size())]; }
@@ -356,6 +459,7 @@ class Worker {
     b->note(tag("alloc+fill", s));
     live_ += bytes;
     peak_ = std::max(peak_, live_);
+    addLive(static_cast<int64_t>(bytes));
     buffers_.push_back(std::move(b));
   }
 
@@ -365,6 +469,7 @@ class Worker {
     // shim it must not hand the memory out again before that work is done.
     CHECK(cudaFree(b.device));
     live_ -= b.bytes;
+    addLive(-static_cast<int64_t>(b.bytes));
     buffers_[index] = std::move(buffers_.back());
     buffers_.pop_back();
   }
@@ -403,6 +508,7 @@ class Worker {
     uint64_t dstOffset = rng_.below(dst.bytes - bytes + 1), srcOffset = rng_.below(src->bytes - bytes + 1);
     const int s = randomStream();
     orderOn(s, {&dst, src});
+    noteLaunch({&dst, src});
     uint8_t* d = dst.device + dstOffset;
     const uint8_t* sp = src->device + srcOffset;
     void* args[] = {&d, &sp, &bytes};
@@ -413,21 +519,16 @@ class Worker {
     src->note(tag("mix src", s));
   }
 
-  // out = gather(sources) where the sources are reached only through a pointer table written
-  // into a managed buffer by a small host-to-device copy (as frameworks pass tensor lists).
+  // out = gather(sources), where the kernel finds the sources' addresses only in device memory:
+  // a table written by a small host-to-device copy (as frameworks pass tensor lists), in a large
+  // managed buffer or a small unmanaged one, or copied there from another table, or behind a
+  // table of tables.
   void gather() {
-    Buffer* table = nullptr;
-    for (int tries = 0; tries < 8 && table == nullptr; ++tries) {
-      Buffer& b = pick();
-      if (b.bytes >= kTableBytes) table = &b;
-    }
-    if (table == nullptr) return;
-    Buffer* out = pickOther(table);
-    if (out == nullptr) return;
+    Buffer* out = &pick();
     std::vector<Buffer*> sources;
     const uint32_t want = 1 + static_cast<uint32_t>(rng_.below(kMaxGatherSources));
     for (int tries = 0; tries < 16 && sources.size() < want; ++tries) {
-      Buffer* b = pickOther(table, out);
+      Buffer* b = pickOther(out);
       if (b != nullptr && std::find(sources.begin(), sources.end(), b) == sources.end())
         sources.push_back(b);
     }
@@ -436,38 +537,164 @@ class Worker {
     for (Buffer* b : sources) bytes = std::min(bytes, b->bytes);
     uint32_t count = static_cast<uint32_t>(sources.size());
     const int s = randomStream();
-
-    // The table's host source: kept until the stream is synchronised.
-    PendingHost host = hostBlock(count * 8);
-    std::vector<const uint8_t*> shadowSources;
-    for (uint32_t k = 0; k < count; ++k) {
-      const uint8_t* p = sources[k]->device;
-      std::memcpy(host.host + 8 * k, &p, 8);
-      shadowSources.push_back(sources[k]->shadow.data());
+    std::vector<const uint8_t*> addresses, shadowSources;
+    for (Buffer* b : sources) {
+      addresses.push_back(b->device);
+      shadowSources.push_back(b->shadow.data());
     }
-    orderOn(s, {table});
-    CHECK(cudaMemcpyAsync(table->device, host.host, count * 8, cudaMemcpyHostToDevice, streams_[s].stream));
-    std::memcpy(table->shadow.data(), host.host, count * 8);
-    keep(s, std::move(host));
+    for (Buffer* b : sources) orderOn(s, {b});
+    orderOn(s, {out});
+    std::vector<const Buffer*> touched(sources.begin(), sources.end());
+    touched.push_back(out);
 
-    std::vector<Buffer*> all = sources;
-    all.push_back(out);
-    // orderOn takes an initializer list: order each buffer in turn (same effect).
-    for (Buffer* b : all) orderOn(s, {b});
-    table->lastTouch = op_;
-    const uint8_t* const* t = reinterpret_cast<const uint8_t* const*>(table->device);
-    uint8_t* o = out->device;
-    void* args[] = {&t, &count, &o, &bytes};
-    CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(&gather_kernel), dim3(1), dim3(1), args, 0,
-                           streams_[s].stream));
+    const uint64_t how = rng_.below(100);
+    if (how < 30) {
+      // In a large managed buffer, written from the host or copied from a small table.
+      Buffer* table = nullptr;
+      for (int tries = 0; tries < 8 && table == nullptr; ++tries) {
+        Buffer& b = pick();
+        if (b.bytes >= kTableBytes && b.bytes >= 8 * count && &b != out &&
+            std::find(sources.begin(), sources.end(), &b) == sources.end())
+          table = &b;
+      }
+      if (table == nullptr) return;
+      orderOn(s, {table});
+      touched.push_back(table);
+      noteLaunch(touched);
+      if (how < 20) {
+        writeTable(s, table->device, addresses.data(), count);
+        table->note(tag("gather table", s));
+      } else {
+        Buffer* small = smallTable(s, 8 * count);
+        writeTable(s, small->device, addresses.data(), count);
+        CHECK(cudaMemcpyAsync(table->device, small->device, 8 * count, cudaMemcpyDeviceToDevice,
+                              streams_[s].stream));
+        table->note(tag("gather table copied from a small one", s));
+      }
+      std::memcpy(table->shadow.data(), addresses.data(), 8 * count);
+      launchGather(s, table->device, count, out->device, bytes);
+      // Device addresses differ from run to run (and under the shim): clear the table after use
+      // so that no later operation copies them into contents the digest covers.
+      CHECK(cudaMemsetAsync(table->device, 0, count * 8, streams_[s].stream));
+      std::memset(table->shadow.data(), 0, count * 8);
+    } else {
+      // In a small unmanaged table, at an 8-byte aligned offset: the kernel gets an interior
+      // pointer (or the struct holding it, or a table holding it).
+      Buffer* table = smallTable(s, 8 * count);
+      if (table == nullptr) return;
+      const uint64_t offset = 8 * rng_.below(table->bytes / 8 - count + 1);
+      uint8_t* at = table->device + offset;
+      if (how < 55) {
+        writeTable(s, at, addresses.data(), count);
+        noteTableLaunch(touched, table);
+        launchGather(s, at, count, out->device, bytes);
+      } else if (how < 70) {
+        // Written into another small table, then copied device to device.
+        Buffer* staging = smallTable(s, 8 * count, table);
+        if (staging == nullptr) return;
+        writeTable(s, staging->device, addresses.data(), count);
+        CHECK(cudaMemcpyAsync(at, staging->device, 8 * count, cudaMemcpyDeviceToDevice,
+                              streams_[s].stream));
+        std::copy_n(staging->words.begin(), count, table->words.begin() + offset / 8);
+        if (rng_.chance(50)) {
+          CHECK(cudaMemsetAsync(staging->device, 0, 8 * count, streams_[s].stream));
+          std::fill_n(staging->words.begin(), count, 0);
+        }
+        noteTableLaunch(touched, table);
+        launchGather(s, at, count, out->device, bytes);
+      } else if (how < 85) {
+        writeTable(s, at, addresses.data(), count);
+        noteTableLaunch(touched, table);
+        TableField field{reinterpret_cast<const uint8_t* const*>(at), count, 0};
+        uint8_t* o = out->device;
+        void* args[] = {&field, &o, &bytes};
+        CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(&gather_struct_kernel), dim3(1), dim3(1),
+                               args, 0, streams_[s].stream));
+      } else {
+        // A table of tables, written inner first or outer first.
+        Buffer* outer = smallTable(s, 8, table);
+        if (outer == nullptr) return;
+        const uint8_t* inner = at;
+        if (rng_.chance(50)) {
+          writeTable(s, at, addresses.data(), count);
+          writeTable(s, outer->device, &inner, 1);
+        } else {
+          writeTable(s, outer->device, &inner, 1);
+          writeTable(s, at, addresses.data(), count);
+        }
+        noteTableLaunch(touched, outer);
+        const uint8_t* const* const* o = reinterpret_cast<const uint8_t* const* const*>(outer->device);
+        uint8_t* dst = out->device;
+        void* args[] = {&o, &count, &dst, &bytes};
+        CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(&gather_nested_kernel), dim3(1), dim3(1),
+                               args, 0, streams_[s].stream));
+      }
+      // Left as it is (its pointers may outlive their buffers), cleared, or freed.
+      const uint64_t after = rng_.below(10);
+      if (after < 3) {
+        CHECK(cudaMemsetAsync(table->device, 0, table->bytes, streams_[s].stream));
+        std::fill(table->words.begin(), table->words.end(), 0);
+      } else if (after < 4) {
+        freeSmallTable(table);
+      }
+    }
     gather_bytes(out->shadow.data(), shadowSources.data(), count, bytes);
-    // Device addresses differ from run to run (and under the shim): clear the table after use
-    // so that no later operation copies them into contents the digest covers.
-    CHECK(cudaMemsetAsync(table->device, 0, count * 8, streams_[s].stream));
-    std::memset(table->shadow.data(), 0, count * 8);
-    table->note(tag("gather table", s));
     out->note(tag("gather out", s));
     for (Buffer* b : sources) b->note(tag("gather source", s));
+  }
+
+  void launchGather(int s, const uint8_t* table, uint32_t count, uint8_t* out, uint64_t bytes) {
+    const uint8_t* const* t = reinterpret_cast<const uint8_t* const*>(table);
+    void* args[] = {&t, &count, &out, &bytes};
+    CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(&gather_kernel), dim3(1), dim3(1), args, 0,
+                           streams_[s].stream));
+  }
+
+  // Copies `count` pointers to `table` from host memory kept until the stream is synchronised.
+  void writeTable(int s, uint8_t* table, const uint8_t* const* pointers, uint32_t count) {
+    PendingHost host = hostBlock(8 * count);
+    std::memcpy(host.host, pointers, 8 * count);
+    CHECK(cudaMemcpyAsync(table, host.host, 8 * count, cudaMemcpyHostToDevice, streams_[s].stream));
+    keep(s, std::move(host));
+    if (Buffer* small = smallTableHolding(reinterpret_cast<uint64_t>(table)))
+      std::memcpy(small->words.data() + (table - small->device) / 8, pointers, 8 * count);
+  }
+
+  Buffer* smallTableHolding(uint64_t address) {
+    for (const auto& t : tables_)
+      if (address >= reinterpret_cast<uint64_t>(t->device) &&
+          address < reinterpret_cast<uint64_t>(t->device) + t->bytes)
+        return t.get();
+    return nullptr;
+  }
+
+  // A small table of at least `bytes`, other than `not1`, ordered on stream `s`: one kept from
+  // before, or a new one. nullptr when none can be had.
+  Buffer* smallTable(int s, uint64_t bytes, const Buffer* not1 = nullptr) {
+    Buffer* table = nullptr;
+    if (!tables_.empty() && (tables_.size() >= kSmallTables || rng_.chance(70))) {
+      Buffer* b = tables_[rng_.below(tables_.size())].get();
+      if (b->bytes >= bytes && b != not1) table = b;
+    }
+    if (table == nullptr && tables_.size() < kSmallTables + 1) {
+      auto b = std::make_unique<Buffer>();
+      b->bytes = std::max<uint64_t>(bytes, 8 * (rng_.logUniform(kSmallTableMin, kSmallTableMax) / 8));
+      CHECK(cudaMalloc(reinterpret_cast<void**>(&b->device), b->bytes));
+      // cudaMalloc's contents are undefined: a table starts cleared, as the shim must see it.
+      CHECK(cudaMemsetAsync(b->device, 0, b->bytes, streams_[s].stream));
+      b->words.assign(b->bytes / 8, 0);
+      table = b.get();
+      tables_.push_back(std::move(b));
+    }
+    if (table != nullptr) orderOn(s, {table});
+    return table;
+  }
+
+  void freeSmallTable(Buffer* table) {
+    CHECK(cudaFree(table->device));
+    auto it = std::find_if(tables_.begin(), tables_.end(), [table](const auto& b) { return b.get() == table; });
+    *it = std::move(tables_.back());
+    tables_.pop_back();
   }
 
   void digestOp() {
@@ -478,6 +705,7 @@ class Worker {
     region(*src, src->bytes, &offset, &bytes);
     const int s = randomStream();
     orderOn(s, {&dst, src});
+    noteLaunch({&dst, src});
     uint8_t* d = dst.device;
     const uint8_t* sp = src->device + offset;
     void* args[] = {&d, &sp, &bytes};
@@ -542,6 +770,7 @@ class Worker {
     const uint64_t dstOffset = rng_.below(dst.bytes - bytes + 1), srcOffset = rng_.below(src->bytes - bytes + 1);
     const int s = randomStream();
     orderOn(s, {&dst, src});
+    noteLaunch({&dst, src});
     CHECK(cudaMemcpyAsync(dst.device + dstOffset, src->device + srcOffset, bytes, cudaMemcpyDeviceToDevice,
                           streams_[s].stream));
     std::memcpy(dst.shadow.data() + dstOffset, src->shadow.data() + srcOffset, bytes);
@@ -652,10 +881,12 @@ class Worker {
   const uint64_t liveLimit_;
   StreamState streams_[kStreams];
   std::vector<std::unique_ptr<Buffer>> buffers_;
+  std::vector<std::unique_ptr<Buffer>> tables_;  // small pointer tables: not checked, no shadow
   uint32_t nextId_ = 0;
   uint64_t op_ = 0;
   uint64_t live_ = 0;
   uint64_t peak_ = 0;
+  uint64_t maxLaunch_ = 0;
   uint64_t compared_ = 0;
   uint64_t digest_ = 0;
 };
@@ -678,7 +909,8 @@ bool parseSize(const char* text, uint64_t* out) {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "stress-workload: %s\nusage: stress-workload [--seed S] [--ops N] [--threads T] "
-               "[--max-bytes SIZE] [--peak-hint SIZE] [--check-every N] [--per-thread-stream 0|1]\n",
+               "[--max-bytes SIZE] [--peak-hint SIZE] [--check-every N] [--per-thread-stream 0|1] "
+               "[--take-device SIZE]\n",
                why);
   std::exit(2);
 }
@@ -700,6 +932,7 @@ int main(int argc, char** argv) {
     else if (name == "--peak-hint") options.peakHint = number;
     else if (name == "--check-every") options.checkEvery = number;
     else if (name == "--per-thread-stream") options.perThreadStream = number != 0;
+    else if (name == "--take-device") options.takeDevice = number;
     else usage(("unknown option " + name).c_str());
   }
   if (options.threads < 1 || options.threads > 64) usage("--threads must be 1 to 64");
@@ -715,14 +948,17 @@ int main(int argc, char** argv) {
   for (std::thread& t : threads) t.join();
   CHECK(cudaDeviceSynchronize());
 
-  uint64_t peak = 0, compared = 0, digest = 0;
+  uint64_t peak = 0, compared = 0, digest = 0, maxLaunch = 0;
   for (const auto& w : workers) {
     peak += w->peak();
+    maxLaunch = std::max(maxLaunch, w->maxLaunch());
     compared += w->compared();
     digest = splitmix(digest ^ w->finalDigest());
   }
   if (gFailed.load()) return 1;
   std::printf("peak_live_bytes: %" PRIu64 "\n", peak);
+  std::printf("max_launch_mapped_bytes: %" PRIu64 "\n", maxLaunch);
+  std::printf("live_peak_bytes: %" PRIu64 "\n", gLivePeakBytes.load());
   std::printf("digest: %016" PRIx64 "\n", digest);
   std::printf("stress: ok ops=%" PRIu64 " compared_bytes=%" PRIu64 "\n", perThread * options.threads,
               compared);
