@@ -11,6 +11,9 @@
 //                measures the whole hook through cudasim's runtime.
 //   find8/...    8 AddressMap::find calls alone: the part that depends on n.
 // Candidates: hit8_fixed (the same 8 distinct resident buffers every launch: hot caches),
+// table8 (fake driver only: one parameter is a small unmanaged pointer table holding the 8
+// buffers of hit8_fixed, the other 7 are misses; in a world of its own, the only one where a
+// table exists, so that the others measure the launch path without tables),
 // hit8_random (8 buffers drawn at random per launch from a table of 4096 launches: the map's
 // nodes and the buffers' records come from memory, as in a large model), miss8 (8 values
 // that are not managed pointers: small integers and host addresses, outside the managed span,
@@ -168,13 +171,18 @@ enum class Driver { kCudasim, kFake };
 struct World {
   std::unique_ptr<Residency> residency;
   std::vector<CUdeviceptr> buffers;
+  uint64_t table = 0;  // an unmanaged pointer table, in the worlds that have one
   std::string error;  // non-empty: the world could not be built
 };
 
-World& world(Driver driver, int64_t count, const std::string& policyName = "delta") {
+// Where the table world's table lies: outside every managed range, as a small cudaMalloc does.
+constexpr uint64_t kTableAddress = 0x500000000000;
+
+World& world(Driver driver, int64_t count, const std::string& policyName = "delta",
+             bool withTable = false) {
   // Built once, reused by every run of every benchmark over it.
-  static std::map<std::tuple<Driver, int64_t, std::string>, World> worlds;
-  auto [it, inserted] = worlds.try_emplace({driver, count, policyName});
+  static std::map<std::tuple<Driver, int64_t, std::string, bool>, World> worlds;
+  auto [it, inserted] = worlds.try_emplace({driver, count, policyName, withTable});
   World& w = it->second;
   if (!inserted) return w;
   const DriverApi* api = driver == Driver::kFake ? &fakeDriver() : cudasimDriver(&w.error);
@@ -200,10 +208,34 @@ World& world(Driver driver, int64_t count, const std::string& policyName = "delt
     }
     w.buffers.push_back(address);
   }
+  if (withTable) {
+    // The table is written the way a program writes it: a small host-to-device copy.
+    const size_t n = w.buffers.size();
+    uint64_t pointers[kPointers];
+    for (int i = 0; i < kPointers; ++i)
+      pointers[i] = n >= kPointers ? w.buffers[i * n / kPointers] + 64 * i : w.buffers[i % n] + 4096 * i;
+    w.residency->noteUnmanagedAllocation(kTableAddress, sizeof pointers);
+    Residency::Touch touches[2];
+    touches[0].rangeStart = kTableAddress;
+    touches[0].rangeBytes = sizeof pointers;
+    touches[0].kind = UseKind::kWrite;
+    touches[1].rangeStart = reinterpret_cast<uint64_t>(pointers);
+    touches[1].rangeBytes = sizeof pointers;
+    touches[1].kind = UseKind::kRead;
+    WorkInfo copy;
+    copy.kind = WorkInfo::Kind::kCopy;
+    copy.copyKind = trace::CopyKind::kHostToDevice;
+    copy.bytes = sizeof pointers;
+    copy.copyDst = kTableAddress;
+    copy.copySrc = reinterpret_cast<uint64_t>(pointers);
+    w.residency->prepare(nullptr, false, touches, 2, copy);
+    w.residency->releaseHeld();
+    w.table = kTableAddress;
+  }
   return w;
 }
 
-enum class Pattern { kHitFixed, kHitRandom, kMiss, kMissInSpan };
+enum class Pattern { kHitFixed, kHitRandom, kMiss, kMissInSpan, kTable };
 
 // kRandomLaunches launches' worth of candidates (one launch for the fixed patterns).
 std::vector<uint64_t> candidates(const World& w, Pattern pattern) {
@@ -233,6 +265,9 @@ std::vector<uint64_t> candidates(const World& w, Pattern pattern) {
       for (size_t i = 0; i < kRandomLaunches * kPointers; ++i)
         values.push_back(w.buffers[random() % n] + kBufferBytes + (random() % kBufferBytes));
       break;
+    case Pattern::kTable:
+      values = {w.table, 0, 1, 4096, 1ull << 20, 0x3f800000, 12345, 7};
+      break;
   }
   return values;
 }
@@ -243,7 +278,7 @@ void setCounters(benchmark::State& state, const World& w) {
 
 void prepareBench(benchmark::State& state, Driver driver, Pattern pattern,
                   const std::string& policyName) {
-  World& w = world(driver, state.range(0), policyName);
+  World& w = world(driver, state.range(0), policyName, pattern == Pattern::kTable);
   if (!w.error.empty()) {
     state.SkipWithError(w.error.c_str());
     return;
@@ -266,7 +301,7 @@ void prepareBench(benchmark::State& state, Driver driver, Pattern pattern,
 
 // As cupti_switchboard.cpp's launch(): layout from the cache, scan into a vector, prepare.
 void hookBench(benchmark::State& state, Driver driver, Pattern pattern) {
-  World& w = world(driver, state.range(0));
+  World& w = world(driver, state.range(0), "delta", pattern == Pattern::kTable);
   if (!w.error.empty()) {
     state.SkipWithError(w.error.c_str());
     return;
@@ -335,12 +370,14 @@ void registerAll() {
   const Named patterns[] = {{"hit8_fixed", Pattern::kHitFixed},
                             {"hit8_random", Pattern::kHitRandom},
                             {"miss8", Pattern::kMiss},
-                            {"miss8_in_span", Pattern::kMissInSpan}};
+                            {"miss8_in_span", Pattern::kMissInSpan},
+                            {"table8", Pattern::kTable}};
   const std::pair<const char*, Driver> drivers[] = {{"fake", Driver::kFake},
                                                     {"cudasim", Driver::kCudasim}};
   for (auto [driverName, driver] : drivers)
     for (const Named& p : patterns) {
       if (driver == Driver::kCudasim && p.pattern == Pattern::kMissInSpan) continue;  // no gaps
+      if (driver == Driver::kCudasim && p.pattern == Pattern::kTable) continue;
       for (int64_t n : kCounts) {
         std::string suffix = std::string(driverName) + "/" + p.name;
         benchmark::RegisterBenchmark(
@@ -360,6 +397,7 @@ void registerAll() {
       }
     }
   for (const Named& p : patterns)
+    if (p.pattern != Pattern::kTable)
     for (int64_t n : kCounts)
       benchmark::RegisterBenchmark((std::string("find8/") + p.name).c_str(),
                                    [=](benchmark::State& s) { findBench(s, p.pattern); })

@@ -329,8 +329,11 @@ class Residency {
   static bool hasDropNotices();
   void addWithLinks(uint32_t id, std::vector<uint32_t>& ids, int depth);
   void addTableTargets(const PointerTables::Table& table, std::vector<uint32_t>& ids, int depth);
+  void addOnce(uint32_t id, std::vector<uint32_t>& ids);
+  // collect() once tables exist: out of line, so that the loop without them stays as lean.
+  [[gnu::noinline]] void collectThroughTables(const Touch& touch, std::vector<uint32_t>& ids);
   // Pointer tables: what a copy or memset writes into device memory (prepareLocked).
-  void noteWrittenLocked(const WorkInfo& work);
+  [[gnu::noinline]] void noteWrittenLocked(const WorkInfo& work);
   void noteHostTable(uint64_t destination, const void* source, uint64_t bytes);
   bool leadsSomewhere(uint64_t value) const;
   bool isDeviceMemory(uint64_t address);
