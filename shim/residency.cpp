@@ -737,11 +737,15 @@ void Residency::addTableTargets(const PointerTables::Table& table, std::vector<u
 }
 
 void Residency::collect(const Touch& touch, std::vector<uint32_t>& ids) {
-  if (!tables_.empty()) return collectThroughTables(touch, ids);
-  // No table anywhere: no buffer has links to follow.
-  for (size_t i = 0; i < touch.pointerCount; ++i) {
-    const uint32_t id = addresses_.find(touch.pointers[i]);
-    if (id != AddressMap::kNone) addOnce(id, ids);
+  // Only a kernel dereferences what it reaches: a copy or memset moves bytes. Without any table
+  // no buffer has links to follow, and the loop is the plain one.
+  if (!tables_.empty() && touch.kind == UseKind::kKernel) {
+    collectThroughTables(touch, ids);
+  } else {
+    for (size_t i = 0; i < touch.pointerCount; ++i) {
+      const uint32_t id = addresses_.find(touch.pointers[i]);
+      if (id != AddressMap::kNone) addOnce(id, ids);
+    }
   }
   if (touch.rangeBytes > 0)
     addresses_.forEachOverlapping(touch.rangeStart, touch.rangeBytes,
@@ -749,18 +753,6 @@ void Residency::collect(const Touch& touch, std::vector<uint32_t>& ids) {
 }
 
 void Residency::collectThroughTables(const Touch& touch, std::vector<uint32_t>& ids) {
-  if (touch.kind != UseKind::kKernel) {
-    // A copy or memset moves bytes and dereferences nothing: no links to follow.
-    for (size_t i = 0; i < touch.pointerCount; ++i) {
-      const uint32_t id = addresses_.find(touch.pointers[i]);
-      if (id != AddressMap::kNone) addOnce(id, ids);
-    }
-    if (touch.rangeBytes > 0)
-      addresses_.forEachOverlapping(touch.rangeStart, touch.rangeBytes,
-                                    [&](uint32_t id) { addOnce(id, ids); });
-    return;
-  }
-  // A kernel may dereference what its buffers hold: tables bring their targets along.
   for (size_t i = 0; i < touch.pointerCount; ++i) {
     const uint64_t value = touch.pointers[i];
     const uint32_t id = addresses_.find(value);
@@ -770,9 +762,6 @@ void Residency::collectThroughTables(const Touch& touch, std::vector<uint32_t>& 
       addTableTargets(*table, ids, 1);
     }
   }
-  if (touch.rangeBytes > 0)
-    addresses_.forEachOverlapping(touch.rangeStart, touch.rangeBytes,
-                                  [&](uint32_t id) { addWithLinks(id, ids, 0); });
 }
 
 void Residency::addOnce(uint32_t id, std::vector<uint32_t>& ids) {

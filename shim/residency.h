@@ -330,7 +330,8 @@ class Residency {
   void addWithLinks(uint32_t id, std::vector<uint32_t>& ids, int depth);
   void addTableTargets(const PointerTables::Table& table, std::vector<uint32_t>& ids, int depth);
   void addOnce(uint32_t id, std::vector<uint32_t>& ids);
-  // collect() once tables exist: out of line, so that the loop without them stays as lean.
+  // collect()'s pointers of a kernel once tables exist: out of line, so that the loop without
+  // them stays as lean.
   [[gnu::noinline]] void collectThroughTables(const Touch& touch, std::vector<uint32_t>& ids);
   // Pointer tables: what a copy or memset writes into device memory (prepareLocked).
   [[gnu::noinline]] void noteWrittenLocked(const WorkInfo& work);
