@@ -67,6 +67,8 @@ struct ExportTable {
   const char* (*setFaults)(const char* spec);
   bool (*cuptiSubscribeFails)();
   bool (*cuptiEnableFails)();
+  // cudasimKernelTime: the running kernel body's device time (driver/timing.h).
+  void (*kernelTime)(int64_t nanoseconds);
 };
 
 }  // namespace cudasim

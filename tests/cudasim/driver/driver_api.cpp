@@ -178,6 +178,17 @@ CUresult copy(const char* call, void* dst, const void* src, size_t bytes, bool d
   WorkItem item;
   item.call = call;
   item.delayUs = faults().slowCopyUs.load(std::memory_order_relaxed);
+  // GPU time (timing.h): host copies on their direction's copy engine, device copies on the
+  // compute engine; pageable host memory at half the bandwidth, and waited for.
+  const bool pageable = (!srcDevice && !the().host.isPinned(src, bytes)) ||
+                        (!dstDevice && !the().host.isPinned(dst, bytes));
+  item.engine = direction == CopyDirection::kHostToDevice   ? Engine::kHostToDevice
+                : direction == CopyDirection::kDeviceToHost ? Engine::kDeviceToHost
+                : srcDevice && dstDevice                    ? Engine::kCompute
+                                                            : Engine::kNone;
+  item.durationNs = timing().copyNs(item.engine, bytes, pageable && item.engine != Engine::kCompute);
+  if (item.durationNs == 0) item.engine = Engine::kNone;
+  const bool waitForPageable = item.durationNs > 0 && pageable;
   bool wait;
   if (!srcDevice && dstDevice && !the().host.isPinned(src, bytes)) {
     // The real driver stages pageable sources through small buffers of its own, allocated
@@ -205,7 +216,7 @@ CUresult copy(const char* call, void* dst, const void* src, size_t bytes, bool d
     else
       wait = true;  // host to host
   }
-  if (wait)
+  if (wait || waitForPageable)
     the().streams.submitAndWait(target, std::move(item));
   else
     the().streams.submit(target, std::move(item));
@@ -232,6 +243,8 @@ CUresult memset(const char* call, CUdeviceptr dst, T value, size_t count, CUstre
   REQUIRE(stream(handle, perThread, &target));
   WorkItem item;
   item.call = call;
+  item.durationNs = timing().copyNs(Engine::kCompute, count * sizeof(T), false);
+  item.engine = item.durationNs > 0 ? Engine::kCompute : Engine::kNone;
   item.run = [dst, value, count] {
     T* p = reinterpret_cast<T*>(dst);
     if constexpr (sizeof(T) == 1)
@@ -287,6 +300,9 @@ CUresult launch(const char* call, CUfunction f, dim3 grid, dim3 block, CUstream 
   WorkItem item;
   item.call = call;
   item.kernel = function->name.c_str();
+  // The compute engine is busy for what the body declares (cudasimKernelTime), if anything.
+  item.engine = Engine::kCompute;
+  item.durationNs = WorkItem::kDeclared;
   item.run = [function, values, grid, block] {
     std::vector<void*> pointers(function->sizes.size());
     for (size_t i = 0; i < pointers.size(); ++i)
@@ -488,12 +504,13 @@ void unsubscribe() {
 void setRuntimeOrigin(RuntimeOrigin origin) { tOrigin = origin; }
 
 bool cuptiSubscribeFails() { return faults().cuptiSubscribeFail.load(); }
+void kernelTime(int64_t nanoseconds) { declareKernelTime(nanoseconds); }
 bool cuptiEnableFails() { return faults().cuptiEnableFail.load(); }
 
 const ExportTable kExportTable = {sizeof(ExportTable), registerKernel,      functionForSymbol,
                                   &gCallbacks,          subscribe,           unsubscribe,
                                   setRuntimeOrigin,     setFaults,           cuptiSubscribeFails,
-                                  cuptiEnableFails};
+                                  cuptiEnableFails,     kernelTime};
 
 }  // namespace
 
@@ -527,6 +544,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
           flagFromEnvironment("CUDASIM_CUPTI_DRIVER_CALLBACKS", true));
       const uint64_t capacity = sizeFromEnvironment("CUDASIM_DEVICE_MEMORY", 4ull << 30);
       faults();  // a bad CUDASIM_FAULTS ends the process here, at start
+      timing();  // and so do bad CUDASIM_*_GBPS
       if (gDeviceCount == 0) {
         result = CUDA_ERROR_NO_DEVICE;
         return;

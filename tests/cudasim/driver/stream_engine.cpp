@@ -68,10 +68,18 @@ void Stream::work() {
     if (item.run && item.delayUs > 0)
       std::this_thread::sleep_for(std::chrono::microseconds(item.delayUs));
     if (item.run) {
+      const int64_t readyNs = item.engine != Engine::kNone ? monotonicNs() : 0;
       WorkLabel label{item.call, item.kernel, id_};
       setCurrentWork(&label);
       item.run();
       setCurrentWork(nullptr);
+      if (item.engine != Engine::kNone) {
+        // The engine is busy for the modeled time from when the item could start; the stream
+        // reaches the next item only then.
+        const int64_t duration =
+            item.durationNs == WorkItem::kDeclared ? takeDeclaredKernelTime() : item.durationNs;
+        timing().finish(item.engine, readyNs, duration);
+      }
     }
     item = WorkItem{};  // release captured state before announcing completion
     std::lock_guard lock(mutex_);

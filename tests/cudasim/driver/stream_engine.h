@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "fault_handler.h"
+#include "timing.h"
 
 namespace cudasim {
 
@@ -38,6 +39,11 @@ struct WorkItem {
   std::shared_ptr<Stream> after;  // when set: first wait until `after` has reached afterPosition
   uint64_t afterPosition = 0;
   uint32_t delayUs = 0;  // injected slowness (faults.h): the worker waits this long first
+  // GPU time (timing.h): the engine the item occupies and for how long; for a kernel, the
+  // time its body declares (kDeclared).
+  Engine engine = Engine::kNone;
+  int64_t durationNs = 0;
+  static constexpr int64_t kDeclared = -1;
 };
 
 class Stream : public std::enable_shared_from_this<Stream> {

@@ -290,6 +290,12 @@ const char* cudasimSetFaults(const char* spec) {
   return gTable->setFaults(spec);
 }
 
+void cudasimKernelTime(int64_t nanoseconds) {
+  // Called from kernel bodies, on the driver's stream workers: the driver is loaded by then.
+  std::call_once(gInitOnce, initialise);
+  if (gTable != nullptr) gTable->kernelTime(nanoseconds);
+}
+
 // ---- errors and versions --------------------------------------------------------------
 
 cudaError_t CUDARTAPI cudaGetLastError(void) {

@@ -21,6 +21,7 @@
 #define CUDASIM_CUDASIM_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <vector_types.h> /* dim3 */
 
 #ifdef __cplusplus
@@ -54,6 +55,14 @@ void cudasimRegisterKernel(const void* symbol, const char* name,
  * SIZE: bytes with an optional K, M, G or T (powers of 1024). Details: driver/faults.h.
  * Returns NULL, or why `spec` is not valid (the faults in force are then unchanged). */
 const char* cudasimSetFaults(const char* spec);
+
+/* Called by a kernel body: the kernel takes `nanoseconds` of device time. The compute engine (one,
+ * shared by every stream) is busy that long; the kernel's stream reaches its next work, and its
+ * events fire, only then. Elsewhere than in a kernel body it does nothing. Host-side copies take
+ * time when CUDASIM_H2D_GBPS / CUDASIM_D2H_GBPS are set (GB/s; device copies and memsets then at
+ * CUDASIM_D2D_GBPS, default 1000); CUDASIM_VERBOSE=1 reports at exit whether the host kept up.
+ * Details: driver/timing.h. */
+void cudasimKernelTime(int64_t nanoseconds);
 
 #ifdef __cplusplus
 } /* extern "C" */
