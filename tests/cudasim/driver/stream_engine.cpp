@@ -1,5 +1,8 @@
 #include "stream_engine.h"
 
+#include <sys/prctl.h>
+
+#include <algorithm>
 #include <chrono>
 #include <system_error>
 
@@ -8,13 +11,14 @@
 namespace cudasim {
 namespace {
 
-int64_t nowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+thread_local int64_t tItemReadyNs = 0;
+
+// Completions remembered for cross-stream waits; older ones ended long before anything waits.
+constexpr size_t kRememberedEnds = 4096;
 
 }  // namespace
+
+int64_t currentItemReadyNs() { return tItemReadyNs; }
 
 bool Stream::start() {
   // The worker keeps the stream alive until it has drained after retire().
@@ -27,6 +31,7 @@ bool Stream::start() {
 }
 
 uint64_t Stream::submit(WorkItem item) {
+  item.submitNs = monotonicNs();
   std::lock_guard lock(mutex_);
   queue_.push_back(std::move(item));
   changed_.notify_all();
@@ -43,6 +48,13 @@ bool Stream::reached(uint64_t position) {
   return completed_ >= position;
 }
 
+int64_t Stream::endOf(uint64_t position) {
+  std::lock_guard lock(mutex_);
+  for (auto it = ends_.rbegin(); it != ends_.rend(); ++it)
+    if (it->first <= position) return it->second;
+  return 0;
+}
+
 void Stream::waitUntil(uint64_t position) {
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return completed_ >= position; });
@@ -55,6 +67,9 @@ void Stream::retire() {
 }
 
 void Stream::work() {
+  // Modeled deadlines are slept to with this thread's timer slack at its least: the default
+  // (50 us) would make every timed item late by that much.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   for (;;) {
     WorkItem item;
     {
@@ -64,25 +79,40 @@ void Stream::work() {
       item = std::move(queue_.front());
       queue_.pop_front();
     }
-    if (item.after) item.after->waitUntil(item.afterPosition);
-    if (item.run && item.delayUs > 0)
+    // Ready on the modeled clock: submitted, the predecessor ended, what it waits for ended.
+    int64_t readyNs = std::max(item.submitNs, lastEndNs_);
+    if (item.after) {
+      item.after->waitUntil(item.afterPosition);
+      readyNs = std::max(readyNs, item.after->endOf(item.afterPosition));
+    }
+    if (item.run && item.delayUs > 0) {
       std::this_thread::sleep_for(std::chrono::microseconds(item.delayUs));
+      readyNs = std::max(readyNs, monotonicNs());
+    }
+    int64_t endNs = readyNs;
     if (item.run) {
-      const int64_t readyNs = item.engine != Engine::kNone ? monotonicNs() : 0;
+      tItemReadyNs = readyNs;
+      const int64_t hostStartNs = monotonicNs();
       WorkLabel label{item.call, item.kernel, id_};
       setCurrentWork(&label);
       item.run();
       setCurrentWork(nullptr);
-      if (item.engine != Engine::kNone) {
+      const int64_t duration = item.engine == Engine::kNone ? 0
+                               : item.durationNs == WorkItem::kDeclared ? takeDeclaredKernelTime()
+                                                                        : item.durationNs;
+      if (duration > 0) {
         // The engine is busy for the modeled time from when the item could start; the stream
         // reaches the next item only then.
-        const int64_t duration =
-            item.durationNs == WorkItem::kDeclared ? takeDeclaredKernelTime() : item.durationNs;
-        timing().finish(item.engine, readyNs, duration);
+        endNs = timing().finish(item.engine, readyNs, hostStartNs, duration);
+      } else if (!item.instant) {
+        endNs = std::max(readyNs, monotonicNs());  // untimed work ends when its host work does
       }
     }
     item = WorkItem{};  // release captured state before announcing completion
     std::lock_guard lock(mutex_);
+    lastEndNs_ = endNs;
+    ends_.emplace_back(completed_ + 1, endNs);
+    if (ends_.size() > kRememberedEnds) ends_.pop_front();
     ++completed_;
     changed_.notify_all();
   }
@@ -239,9 +269,12 @@ CUresult StreamEngine::record(CUevent handle, const std::shared_ptr<Stream>& str
   }
   WorkItem stamp;
   stamp.call = "cuEventRecord";
+  stamp.instant = true;
+  // The time the stream reached the event on the modeled clock (with GPU time, what the
+  // engines' deadlines say; without, when the work before it ended).
   stamp.run = [event, generation] {
     std::lock_guard lock(event->mutex);
-    if (event->generation == generation) event->timeNs = nowNs();
+    if (event->generation == generation) event->timeNs = currentItemReadyNs();
   };
   uint64_t position = submit(stream, std::move(stamp));
   std::lock_guard lock(event->mutex);

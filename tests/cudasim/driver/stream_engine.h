@@ -44,7 +44,14 @@ struct WorkItem {
   Engine engine = Engine::kNone;
   int64_t durationNs = 0;
   static constexpr int64_t kDeclared = -1;
+  // Takes no time of its own (an event's stamp): it ends when it becomes ready.
+  bool instant = false;
+  int64_t submitNs = 0;  // set by Stream::submit
 };
+
+// The modeled time at which the item now running on this worker became ready (an event stamp
+// records it).
+int64_t currentItemReadyNs();
 
 class Stream : public std::enable_shared_from_this<Stream> {
  public:
@@ -56,6 +63,8 @@ class Stream : public std::enable_shared_from_this<Stream> {
   uint64_t submit(WorkItem item);
   uint64_t lastSubmitted();
   bool reached(uint64_t position);
+  // When the item at `position` (reached) ended on the modeled clock; 0 when long ago.
+  int64_t endOf(uint64_t position);
   void waitUntil(uint64_t position);
   // Lets the worker finish what is queued, then exit.
   void retire();
@@ -77,6 +86,11 @@ class Stream : public std::enable_shared_from_this<Stream> {
   uint64_t submitted_ = 0;
   uint64_t completed_ = 0;
   bool retiring_ = false;
+  // The modeled clock (timing.h): when each recent item ended, the last first. An item is
+  // ready when it was submitted, its predecessor ended and what it waits for ended, whatever
+  // the worker's own wake-up latency.
+  int64_t lastEndNs_ = 0;
+  std::deque<std::pair<uint64_t, int64_t>> ends_;
 };
 
 struct Event {

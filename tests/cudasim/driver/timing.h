@@ -38,9 +38,10 @@ class Timing {
   // Modeled duration of a copy or memset of `bytes` on `engine` (0 when not timed).
   int64_t copyNs(Engine engine, uint64_t bytes, bool pageable) const;
 
-  // The item became ready at `readyNs`, its host work is done; it occupies `engine` for
-  // `durationNs`. Returns when the item ends on the modeled clock.
-  void finish(Engine engine, int64_t readyNs, int64_t durationNs);
+  // The item became ready at `readyNs` (modeled), its host work ran from `hostStartNs` until now;
+  // it occupies `engine` for `durationNs`, or for as long as its host work took if that was
+  // longer (an overrun, counted). Sleeps until the item ends on the modeled clock; returns that.
+  int64_t finish(Engine engine, int64_t readyNs, int64_t hostStartNs, int64_t durationNs);
 
   // At exit, with CUDASIM_VERBOSE=1: what was timed, and the overruns.
   void report() const;
