@@ -1078,6 +1078,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
           buffer.regenerating = true;
           buffer.regeneratingThread = thisThread();
           buffer.regenerateStartNs = now;
+          buffer.pendingRegeneration = true;
           calls.push_back(RecomputeCall{id, buffer.serial, buffer.hook, buffer.address, buffer.bytes});
         }
       }
@@ -1090,8 +1091,16 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
         return result;
       }
     }
-    if (!calls.empty()) recomputeOwner_ = thisThread();
   }
+  // Mapped again for a regeneration this thread has not run yet (an outer callback's work needs
+  // this one's result first): it runs here, before this work reads memory not yet regenerated.
+  for (uint32_t id : workingSet_) {
+    const Buffer& buffer = buffers_[id];
+    if (buffer.pendingRegeneration && buffer.regeneratingThread == thisThread() &&
+        std::none_of(calls.begin(), calls.end(), [id](const RecomputeCall& c) { return c.id == id; }))
+      calls.push_back(RecomputeCall{id, buffer.serial, buffer.hook, buffer.address, buffer.bytes});
+  }
+  if (!calls.empty()) recomputeOwner_ = thisThread();
   // What the work may write loses its host copy (a kernel may write whatever it reaches).
   for (size_t t = 0; t < count; ++t) {
     if (touches[t].kind == UseKind::kRead) continue;
@@ -1142,8 +1151,17 @@ CUresult Residency::runRecomputes(std::vector<RecomputeCall>& calls, CUstream st
       ReentryGuard guard;
       std::lock_guard lock(mutex_);
       Buffer& buffer = buffers_[call.id];
-      if (buffer.live && buffer.serial == call.serial) dropAgain(buffer);
+      if (buffer.live && buffer.serial == call.serial && buffer.pendingRegeneration)
+        dropAgain(buffer);
       continue;
+    }
+    {
+      // An earlier callback of this list may have needed this buffer and regenerated it first
+      // (prepareLocked runs a pending regeneration where it is used): nothing left to do.
+      std::lock_guard lock(mutex_);
+      Buffer& buffer = buffers_[call.id];
+      if (!buffer.live || buffer.serial != call.serial || !buffer.pendingRegeneration) continue;
+      buffer.pendingRegeneration = false;
     }
     CUevent start = nullptr;
     CUevent end = nullptr;
@@ -1250,6 +1268,7 @@ void Residency::dropAgain(Buffer& buffer) {
   buffer.state = State::kDropped;
   buffer.regenerating = false;
   buffer.regeneratingThread = nullptr;
+  buffer.pendingRegeneration = false;
   for (int u = 0; u < buffer.useCount; ++u) giveEvent(buffer.uses[u].event);
   buffer.useCount = 0;
   buffer.manyStreams = false;

@@ -236,6 +236,8 @@ class Residency {
     // (regeneratingThread nullptr) by the framework until delta_recomputed. Never evicted.
     bool regenerating = false;
     const void* regeneratingThread = nullptr;
+    // Mapped again for a callback that has not run yet: a use before that runs it first.
+    bool pendingRegeneration = false;
     int64_t regenerateStartNs = 0;
     // The framework checked it (delta_begin_recompute) and will use it: swapped if need be, but
     // not dropped again before that use, or the framework's check would be worthless.
