@@ -1,0 +1,215 @@
+// delta-play end to end, on cudasim: a trace played as a CUDA program takes the replay's time
+// without the shim, keeps every token under libdelta.so with every policy (and with recompute),
+// names the first wrong token, plays the shim's own traces, and refuses bad input with one line.
+// The shared DTR traces are played too when ../shared is there (skipped otherwise).
+//
+// Arguments (from meson): delta-play, libdelta.so, train-mlp, delta-trace, the shared DTR dir.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/common/child_process.h"
+#include "tests/play/synthetic_dtr.h"
+
+namespace {
+
+std::string gPlay, gShim, gTrainMlp, gDeltaTrace, gSharedDtr;
+
+using Outcome = delta::testing::ChildRun;
+
+Outcome run(const std::vector<std::string>& argv, std::vector<std::string> env = {}) {
+  return delta::testing::runChild(argv, env);
+}
+std::vector<std::string> underShim(std::vector<std::string> env) {
+  env.push_back("LD_PRELOAD=" + gShim);
+  env.push_back("DELTA_VERBOSE=1");
+  return env;
+}
+
+// The last line's fields: steady_ns, peak_bytes, tokens, iterations.
+std::map<std::string, std::string> summary(const Outcome& o) {
+  std::map<std::string, std::string> fields;
+  const auto at = o.out.rfind("delta-play: steady_ns=");
+  if (at == std::string::npos) return fields;
+  std::string line = o.out.substr(at + 12);
+  line = line.substr(0, line.find('\n'));
+  std::regex field(R"((\w+)=(\S+))");
+  for (std::sregex_iterator it(line.begin(), line.end(), field), end; it != end; ++it)
+    fields[(*it)[1]] = (*it)[2];
+  return fields;
+}
+
+std::string writeTemporary(const std::string& text) {
+  char path[] = "/tmp/delta-play-test-XXXXXX";
+  const int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  return path;
+}
+
+struct Shape {
+  const char* name;
+  delta::testing::SyntheticNet net;
+};
+const Shape kShapes[] = {
+    {"10 layers of 4 MiB", {}},
+    {"6 layers of 6 MiB, small weights", {6, 6 << 20, 256 << 10, 2000000, 2500000, 300000}},
+    {"16 layers of 3 MiB, slow optimizer", {16, 3 << 20, 2 << 20, 800000, 1600000, 900000}},
+};
+
+double replayIterationMs(const std::string& trace) {
+  Outcome r = run({gDeltaTrace, "replay", "--policy", "lru", "--budget", "100%", trace});
+  std::smatch m;
+  const std::regex unlimited(R"(unlimited memory: ([0-9.]+) ms)");
+  if (!std::regex_search(r.out, m, unlimited)) {
+    ADD_FAILURE() << r.out << r.err;
+    return 0;
+  }
+  return std::stod(m[1]) / 2;  // 3 iterations, 1 warm-up
+}
+
+TEST(DeltaPlay, WithoutTheShimAnIterationTakesTheReplaysTime) {
+  for (const Shape& shape : kShapes) {
+    SCOPED_TRACE(shape.name);
+    const std::string trace = writeTemporary(delta::testing::syntheticDtrLog(shape.net));
+    Outcome played = run({gPlay, trace});
+    ASSERT_EQ(played.status, 0) << played.err;
+    const double playedMs = std::stod(summary(played)["steady_ns"]) / 1e6;
+    const double replayMs = replayIterationMs(trace);
+    EXPECT_NEAR(playedMs, replayMs, replayMs * 0.02) << played.out;
+    EXPECT_EQ(summary(played)["iterations"], "3");
+    std::remove(trace.c_str());
+  }
+}
+
+TEST(DeltaPlay, EveryTokenKeptUnderTheShimWithEveryPolicy) {
+  for (const Shape& shape : kShapes) {
+    SCOPED_TRACE(shape.name);
+    const std::string trace = writeTemporary(delta::testing::syntheticDtrLog(shape.net));
+    Outcome plain = run({gPlay, trace});
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    const std::string budget = std::to_string(std::stoull(plain.value("played_peak_bytes")) * 30 / 100);
+    for (const char* policy : {"delta", "lru", "dtr", "swap-only", "recompute-only"}) {
+      for (bool recompute : {false, true}) {
+        SCOPED_TRACE(std::string(policy) + (recompute ? " --recompute" : ""));
+        std::vector<std::string> argv = {gPlay, trace};
+        if (recompute) argv.insert(argv.begin() + 1, "--recompute");
+        Outcome shimmed = run(argv, underShim({"DELTA_BUDGET=" + budget,
+                                               std::string("DELTA_POLICY=") + policy,
+                                               "CUDASIM_DEVICE_MEMORY=16G"}));
+        ASSERT_EQ(shimmed.status, 0) << shimmed.out << shimmed.err;
+        EXPECT_EQ(shimmed.err.find("illegal address"), std::string::npos) << shimmed.err;
+        EXPECT_EQ(summary(shimmed)["tokens"], summary(plain)["tokens"]);
+        ASSERT_NE(shimmed.stat("budget_bytes"), ~0ull) << shimmed.err;
+        const bool swapsOnly = std::string(policy) == "lru" || std::string(policy) == "swap-only";
+        if (recompute && !swapsOnly) {
+          EXPECT_GT(shimmed.stat("drops"), 0u) << shimmed.err;
+        }
+        if (swapsOnly) {
+          EXPECT_GT(shimmed.stat("evictions"), 0u) << shimmed.err;
+        }
+      }
+    }
+    std::remove(trace.c_str());
+  }
+}
+
+TEST(DeltaPlay, TheFirstWrongTokenIsNamed) {
+  const std::string trace = writeTemporary(delta::testing::syntheticDtrLog({}));
+  Outcome broken = run({gPlay, "--break-token", "3", trace});
+  EXPECT_EQ(broken.status, 1);
+  EXPECT_NE(broken.err.find("token mismatch: buffer a4"), std::string::npos) << broken.err;
+  EXPECT_NE(broken.err.find("read by op 4 (linear) in iteration 0"), std::string::npos) << broken.err;
+  EXPECT_NE(broken.err.find("expected the write of op 3"), std::string::npos) << broken.err;
+  EXPECT_EQ(std::count(broken.err.begin(), broken.err.end(), '\n'), 1) << broken.err;
+  EXPECT_EQ(broken.out.find("delta-play: steady_ns"), std::string::npos);
+  std::remove(trace.c_str());
+}
+
+TEST(DeltaPlay, PlaysATraceTheShimWrote) {
+  char dir[] = "/tmp/delta-play-shim-trace-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string trace = std::string(dir) + "/job.trace";
+  Outcome recorded = run({gTrainMlp, "--peak", "32M", "--iters", "2", "--seed", "3"},
+                         underShim({"DELTA_BUDGET=1G", "DELTA_TRACE=" + trace}));
+  ASSERT_EQ(recorded.status, 0) << recorded.err;
+  Outcome plain = run({gPlay, trace});
+  ASSERT_EQ(plain.status, 0) << plain.out << plain.err;
+  const std::string budget = std::to_string(std::stoull(plain.value("played_peak_bytes")) * 30 / 100);
+  Outcome shimmed = run({gPlay, trace}, underShim({"DELTA_BUDGET=" + budget}));
+  ASSERT_EQ(shimmed.status, 0) << shimmed.err;
+  EXPECT_EQ(summary(shimmed)["tokens"], summary(plain)["tokens"]);
+  EXPECT_GT(shimmed.stat("evictions"), 0u) << shimmed.err;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DeltaPlay, BadInputIsOneLineAndExitTwo) {
+  const std::string garbage = writeTemporary("this is not a trace\n");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{gPlay}, "no trace given"},
+      {{gPlay, "/nonexistent/trace.log"}, "/nonexistent/trace.log"},
+      {{gPlay, garbage}, "unrecognised trace format"},
+      {{gPlay, "--scale", "0", garbage}, "--scale must be at least 1"},
+      {{gPlay, "--scale", "lots", garbage}, "bad value for --scale"},
+      {{gPlay, "--iterations", "2", "--warmup", "2", garbage}, "more than --warmup"},
+      {{gPlay, "--h2d-gbps", "-3", garbage}, "bad value for --h2d-gbps"},
+      {{gPlay, "--frobnicate", garbage}, "unknown option --frobnicate"},
+  };
+  for (const auto& [argv, why] : cases) {
+    SCOPED_TRACE(why);
+    Outcome o = run(argv);
+    EXPECT_EQ(o.status, 2) << o.err;
+    EXPECT_NE(o.err.find(why), std::string::npos) << o.err;
+  }
+  std::remove(garbage.c_str());
+}
+
+// The shared DTR traces, scaled far down and played once: token-exact without the shim and
+// under it at 30 % with every policy, recompute registered.
+TEST(DeltaPlay, SharedTracesTokenExactUnderEveryPolicy) {
+  std::vector<std::string> traces;
+  if (std::filesystem::is_directory(gSharedDtr))
+    for (const auto& entry : std::filesystem::directory_iterator(gSharedDtr))
+      if (entry.path().string().ends_with(".log.gz")) traces.push_back(entry.path().string());
+  if (traces.empty()) GTEST_SKIP() << "no shared DTR traces in " << gSharedDtr << " (a fresh clone has none)";
+  std::sort(traces.begin(), traces.end());
+  for (const std::string& trace : traces) {
+    SCOPED_TRACE(trace);
+    const std::vector<std::string> argv = {gPlay, "--scale", "64", "--iterations", "1", "--warmup", "0",
+                                           "--recompute", trace};
+    Outcome plain = run(argv);
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    const std::string budget = std::to_string(std::stoull(plain.value("played_peak_bytes")) * 30 / 100);
+    for (const char* policy : {"delta", "lru", "dtr", "swap-only", "recompute-only"}) {
+      SCOPED_TRACE(policy);
+      Outcome shimmed = run(argv, underShim({"DELTA_BUDGET=" + budget, std::string("DELTA_POLICY=") + policy,
+                                             "CUDASIM_DEVICE_MEMORY=16G"}));
+      ASSERT_EQ(shimmed.status, 0) << shimmed.err;
+      EXPECT_EQ(summary(shimmed)["tokens"], summary(plain)["tokens"]);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: %s DELTA_PLAY LIBDELTA_SO TRAIN_MLP DELTA_TRACE SHARED_DTR_DIR\n", argv[0]);
+    return 2;
+  }
+  gPlay = argv[1];
+  gShim = argv[2];
+  gTrainMlp = argv[3];
+  gDeltaTrace = argv[4];
+  gSharedDtr = argv[5];
+  return RUN_ALL_TESTS();
+}
