@@ -441,11 +441,6 @@ CUresult DeviceMemory::setAccess(CUdeviceptr address, uint64_t bytes, CUmemAcces
   }
   if (mprotect(reinterpret_cast<void*>(address), bytes, protection) != 0)
     return CUDA_ERROR_INVALID_VALUE;
-#ifdef MADV_POPULATE_WRITE
-  // The page tables of a new mapping, filled at once rather than a fault per page at first
-  // touch: a GPU's mapped memory is simply there. Best effort (older kernels lack it).
-  if (protection & PROT_WRITE) madvise(reinterpret_cast<void*>(address), bytes, MADV_POPULATE_WRITE);
-#endif
   return CUDA_SUCCESS;
 }
 
