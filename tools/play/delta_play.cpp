@@ -12,8 +12,8 @@
 //
 // Frees: a buffer the shim manages is freed at its last release, as the trace says (the shim's
 // cudaFree does not wait for the device). Any other cudaFree waits for the whole device, which
-// no framework lets happen in a training step (they cache); those frees wait for the end of the
-// iteration, so that the host stays ahead.
+// no framework lets happen in a training step: that memory is kept and reused for the next
+// buffer of the same size, as a caching allocator does, so that the host stays ahead.
 //
 // --recompute: every result the trace says can be recomputed is registered through delta.h with
 // its op's time as the cost; the callback launches the producing op again for that one result,
@@ -227,11 +227,6 @@ class Player {
         std::fprintf(stderr, "delta-play: %s\n", gShared.failure.c_str());
         return 1;
       }
-      for (BufferId b : deferred_) {
-        CHECK(cudaFree(ptr_[b]));
-        ptr_[b] = nullptr;
-      }
-      deferred_.clear();
       std::printf("iteration_%u_ns: %lld%s\n", i, static_cast<long long>(ns), i < o_.warmup ? " (warm-up)" : "");
       if (i >= o_.warmup) measured += static_cast<double>(ns);
     }
@@ -270,7 +265,12 @@ class Player {
 
   void allocate(BufferId b) {
     const uint64_t bytes = gShared.bytes[b];
-    CHECK(cudaMalloc(&ptr_[b], bytes));
+    if (auto cached = cache_.find(bytes); cached != cache_.end()) {
+      ptr_[b] = cached->second;
+      cache_.erase(cached);
+    } else {
+      CHECK(cudaMalloc(&ptr_[b], bytes));
+    }
     live_ += bytes;
     peak_ = std::max(peak_, live_);
   }
@@ -359,13 +359,12 @@ class Player {
     programFreed_[b] = false;
     live_ -= gShared.bytes[b];
     // The shim frees what it manages without waiting for the device; any other cudaFree waits
-    // for all of it, so it waits for the end of the iteration instead.
-    if (isDropped_ != nullptr && isDropped_(ptr_[b]) >= 0) {
-      CHECK(cudaFree(ptr_[b]));
-      ptr_[b] = nullptr;
-    } else {
-      deferred_.push_back(b);
-    }
+    // for all of it, which no framework lets happen in a training step: that memory is kept for
+    // the next buffer of its size, as a caching allocator does (one stream: the next user's work
+    // runs after the last one's).
+    if (isDropped_ != nullptr && isDropped_(ptr_[b]) >= 0) CHECK(cudaFree(ptr_[b]));
+    else cache_.emplace(gShared.bytes[b], ptr_[b]);
+    ptr_[b] = nullptr;
   }
 
   const Options o_;
@@ -378,7 +377,7 @@ class Player {
   std::vector<bool> registered_;
   std::vector<uint32_t> iterationOf_;
   std::vector<Callback> callbacks_;
-  std::vector<BufferId> deferred_;
+  std::multimap<uint64_t, void*> cache_;  // unmanaged memory kept for reuse, by size
   uint64_t live_ = 0;
   uint64_t peak_ = 0;
   int (*isDropped_)(const void*) = nullptr;
@@ -468,12 +467,25 @@ int main(int argc, char** argv) {
     for (auto& b : played.buffers) b.bytes = gShared.bytes[&b - played.buffers.data()];
     playedPeak = played.peakBytes();
   }
+  // What scaling does to a memory shim: buffers that fall below its 1 MiB threshold (left
+  // unmanaged) and the 2 MiB granularity each managed one is rounded to, as shares of all the
+  // bytes the trace allocates; neither scales with the trace.
+  uint64_t allBytes = 0, smallBytes = 0, roundingBytes = 0;
+  for (BufferId b = 0; b < workload.buffers.size(); ++b) {
+    const uint64_t bytes = gShared.bytes[b];
+    allBytes += bytes;
+    if (bytes < (1u << 20)) smallBytes += bytes;
+    else roundingBytes += (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20) - bytes;
+  }
   std::printf("trace: %s\nops: %zu\nbuffers: %zu\ntrace_peak_bytes: %llu\ncompute_ns: %lld\n"
-              "scale: %llu\nplayed_peak_bytes: %llu\n",
+              "scale: %llu\nplayed_peak_bytes: %llu\nplayed_below_1mib_pct: %.1f\n"
+              "played_rounding_to_2mib_pct: %.1f\n",
               o.trace.c_str(), workload.ops.size(), workload.buffers.size(),
               static_cast<unsigned long long>(workload.peakBytes()),
               static_cast<long long>(workload.computeNs()), static_cast<unsigned long long>(o.scale),
-              static_cast<unsigned long long>(playedPeak));
+              static_cast<unsigned long long>(playedPeak),
+              allBytes ? 100.0 * static_cast<double>(smallBytes) / static_cast<double>(allBytes) : 0.0,
+              allBytes ? 100.0 * static_cast<double>(roundingBytes) / static_cast<double>(allBytes) : 0.0);
   // Before the first CUDA call: cudasim reads its bandwidths when the driver starts.
   setLink("CUDASIM_H2D_GBPS", o.h2dGbps, o.scale);
   setLink("CUDASIM_D2H_GBPS", o.d2hGbps, o.scale);

@@ -15,7 +15,10 @@ CUresult HostMemory::allocate(size_t bytes, void** out) {
   if (faults().hostAlloc.fires()) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard lock(mutex_);
   if (!withinPinnedLimit(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // Pinned memory is resident from the start, as page-locked memory is: the cost of its pages
+  // is paid here, as cudaHostAlloc pays it, not by the first copies into it.
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                 -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   ranges_[reinterpret_cast<uintptr_t>(p)] = Range{bytes, true};
   pinnedBytes_ += bytes;

@@ -86,6 +86,7 @@ int64_t Timing::finish(Engine engine, int64_t readyNs, int64_t hostStartNs, int6
     // The host work took longer than the GPU would: the item takes as long as it did.
     overruns_.fetch_add(1, std::memory_order_relaxed);
     overrunNs_.fetch_add(hostNs - durationNs, std::memory_order_relaxed);
+    overrunByEngineNs_[index].fetch_add(hostNs - durationNs, std::memory_order_relaxed);
   }
   int64_t end;
   {
@@ -118,8 +119,11 @@ void Timing::report() const {
     const double share = busy > 0 ? 100.0 * static_cast<double>(overrunNs_.load()) / busy : 100.0;
     std::fprintf(stderr,
                  "cudasim: timing: %llu items took longer on the host than their modeled time "
-                 "(%.3f s in all, %.2f %% of the modeled busy time)%s\n",
+                 "(%.3f s in all, %.2f %% of the modeled busy time; compute %.3f s, host-to-device "
+                 "%.3f s, device-to-host %.3f s)%s\n",
                  static_cast<unsigned long long>(overruns), overrunNs_.load() / 1e9, share,
+                 overrunByEngineNs_[1].load() / 1e9, overrunByEngineNs_[2].load() / 1e9,
+                 overrunByEngineNs_[3].load() / 1e9,
                  share > 1.0 ? ": the times of this run are not to be trusted (lower the load, or "
                                "scale the work down)"
                              : "");

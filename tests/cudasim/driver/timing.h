@@ -60,6 +60,7 @@ class Timing {
   std::atomic<uint64_t> timed_{0};
   std::atomic<uint64_t> overruns_{0};
   std::atomic<int64_t> overrunNs_{0};
+  std::atomic<int64_t> overrunByEngineNs_[4] = {};
   std::atomic<int64_t> busyNs_[4] = {};
 };
 
