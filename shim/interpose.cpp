@@ -382,9 +382,9 @@ DELTA_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) 
   // cudaMalloc's fallback to the runtime comes through here too, so without this the program
   // got the shim's error, not the driver's, even where plain cuMemAlloc would have succeeded.
   if (result == CUDA_ERROR_OUT_OF_MEMORY && !Shim::instance().options().strict) {
-    DELTA_WARN_ONCE("the device has no memory for a managed buffer of %llu MiB even after "
-                    "evicting what could go (cuMemCreate: out of memory); such allocations are "
-                    "left to the driver, unmanaged",
+    DELTA_WARN_ONCE("the device refused memory for a managed buffer of %llu MiB (cuMemCreate: "
+                    "out of memory, and evicting could not help); such allocations are left to "
+                    "the driver, unmanaged",
                     (unsigned long long)(bytesize >> 20));
     return unmanaged();
   }
