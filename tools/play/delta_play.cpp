@@ -26,7 +26,6 @@
 // Exit 0 when every token matched; 1 after one line naming the buffer, op and iteration of the
 // first mismatch; 2 for bad arguments or an unreadable trace.
 #include <cuda_runtime_api.h>
-#include <cudasim/cudasim.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -46,6 +45,11 @@
 #include "shim/include/delta/delta.h"
 #include "tools/play/play_plan.h"
 #include "tools/trace_loader.h"
+#ifdef DELTA_PLAY_CUDA
+#include "tools/play/play_kernel.h"  // the real-CUDA build: kernels in play_kernels.cu
+#else
+#include <cudasim/cudasim.h>
+#endif
 
 namespace {
 
@@ -120,6 +124,29 @@ void fail(const std::string& what) {
   if (!gShared.failed.exchange(true)) gShared.failure = what;
 }
 
+std::string describeMismatch(size_t op, size_t k, uint32_t iteration, bool recomputing,
+                             uint64_t offset, uint64_t found, uint64_t expected) {
+  const PlayPlan& plan = *gShared.plan;
+  const Param& p = plan.op(op).params[k];
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "token mismatch: buffer %s (%" PRIu64 " bytes), byte %" PRIu64
+                ", read by op %zu (%s) in iteration %u%s: expected the write of op %d%s, found "
+                "%016" PRIx64 " instead of %016" PRIx64,
+                plan.workload().buffers[p.buffer].name.c_str(), gShared.bytes[p.buffer], offset, op,
+                plan.workload().ops[op].name.c_str(), iteration, recomputing ? " (recomputing)" : "",
+                p.producer, p.previousIteration ? " of the iteration before" : "", found, expected);
+  return text;
+}
+
+// The token an output of `op` gets in `iteration` (tests may ask for a wrong one).
+uint64_t stampOf(size_t op, uint32_t iteration, BufferId buffer) {
+  uint64_t stamp = PlayPlan::token(gShared.plan->serial(iteration, op), buffer);
+  if (static_cast<int64_t>(op) == gShared.breakOp) stamp ^= 1;
+  return stamp;
+}
+
+#ifndef DELTA_PLAY_CUDA
 void opBody(void** params, dim3, dim3) {
   const auto op = static_cast<size_t>(*static_cast<uint64_t*>(params[0]));
   const auto iteration = static_cast<uint32_t>(*static_cast<uint64_t*>(params[1]));
@@ -146,23 +173,12 @@ void opBody(void** params, dim3, dim3) {
         std::memcpy(&found, buffer + offset, 8);
         // What a recompute reads again is not counted: the checksum is the program's reads.
         if (!recomputing) sum += found * (offset + 1);
-        if (found != expected && !gShared.failed.load(std::memory_order_relaxed)) {
-          char text[512];
-          std::snprintf(text, sizeof text,
-                        "token mismatch: buffer %s (%" PRIu64 " bytes), byte %" PRIu64
-                        ", read by op %zu (%s) in iteration %u%s: expected the write of op %d%s, "
-                        "found %016" PRIx64 " instead of %016" PRIx64,
-                        plan.workload().buffers[p.buffer].name.c_str(), bytes, offset, op,
-                        workOp.name.c_str(), iteration, recomputing ? " (recomputing)" : "",
-                        p.producer, p.previousIteration ? " of the iteration before" : "", found,
-                        expected);
-          fail(text);
-        }
+        if (found != expected && !gShared.failed.load(std::memory_order_relaxed))
+          fail(describeMismatch(op, k, iteration, recomputing, offset, found, expected));
       }
     }
     if (p.role != Role::kRead) {
-      uint64_t stamp = PlayPlan::token(plan.serial(iteration, op), p.buffer);
-      if (static_cast<int64_t>(op) == gShared.breakOp) stamp ^= 1;
+      const uint64_t stamp = stampOf(op, iteration, p.buffer);
       for (uint64_t offset : offsets) std::memcpy(buffer + offset, &stamp, 8);
     }
   }
@@ -181,6 +197,7 @@ void initBody(void** params, dim3, dim3) {
 // One kernel per (op name, parameter count): the shim's traces then name the trace's ops.
 char gSymbols[1 << 16];
 char gInitSymbol;
+#endif  // !DELTA_PLAY_CUDA
 
 // ---- the player ---------------------------------------------------------------------------------
 
@@ -205,6 +222,14 @@ class Player {
   }
 
   int run() {
+#ifdef DELTA_PLAY_CUDA
+    // The op's time in cycles of clock64(), and the report the kernels write into host memory.
+    int clockKhz = 0;
+    CHECK(cudaDeviceGetAttribute(&clockKhz, cudaDevAttrClockRate, 0));
+    cyclesPerNs_ = clockKhz / 1e6;
+    CHECK(cudaHostAlloc(reinterpret_cast<void**>(&report_), sizeof *report_, cudaHostAllocMapped));
+    *report_ = delta::play::PlayReport{};
+#endif
     // A blocking stream: what the shim does on the legacy default stream (regenerating a buffer
     // as it is unregistered) is ordered with the play's work both ways.
     CHECK(cudaStreamCreate(&stream_));
@@ -212,9 +237,13 @@ class Player {
     for (BufferId b = 0; b < w.buffers.size(); ++b) {
       if (!w.buffers[b].persistent) continue;
       allocate(b);
+#ifdef DELTA_PLAY_CUDA
+      CHECK(deltaPlayLaunchInit(ptr_[b], gShared.bytes[b], PlayPlan::token(0, b), stream_));
+#else
       uint64_t id = b;
       void* args[] = {&ptr_[b], &id};
       CHECK(cudaLaunchKernel(&gInitSymbol, dim3(1), dim3(1), args, 0, stream_));
+#endif
     }
     CHECK(cudaStreamSynchronize(stream_));
     double measured = 0;
@@ -223,6 +252,12 @@ class Player {
       for (size_t op = 0; op < plan_.ops(); ++op) step(i, op);
       CHECK(cudaStreamSynchronize(stream_));
       const int64_t ns = nowNs() - start;
+#ifdef DELTA_PLAY_CUDA
+      if (report_->failed)
+        fail(describeMismatch(report_->op, report_->param, static_cast<uint32_t>(report_->iteration),
+                              false, report_->offset, report_->found, report_->expected));
+      gShared.checksum.store(report_->checksum);
+#endif
       if (gShared.failed.load()) {
         std::fprintf(stderr, "delta-play: %s\n", gShared.failure.c_str());
         return 1;
@@ -240,6 +275,13 @@ class Player {
 
  private:
   void registerKernels() {
+#ifdef DELTA_PLAY_CUDA
+    if (plan_.maxParams() > static_cast<size_t>(delta::play::kMaxKernelBuffers)) {
+      std::fprintf(stderr, "delta-play: an op of this trace touches %zu buffers; the CUDA build passes "
+                   "at most %d by value\n", plan_.maxParams(), delta::play::kMaxKernelBuffers);
+      std::exit(2);
+    }
+#else
     const auto& w = plan_.workload();
     std::map<std::pair<std::string, size_t>, const void*> symbols;
     symbol_.resize(plan_.ops());
@@ -261,6 +303,7 @@ class Player {
     }
     static const size_t init[] = {8, 8};
     cudasimRegisterKernel(&gInitSymbol, "play_init", initBody, 2, init);
+#endif
   }
 
   void allocate(BufferId b) {
@@ -277,6 +320,27 @@ class Player {
 
   void launch(size_t op, uint32_t iteration, int64_t only, cudaStream_t stream) {
     const std::vector<Param>& list = plan_.op(op).params;
+#ifdef DELTA_PLAY_CUDA
+    delta::play::PlayOpArgs args;
+    args.op = op;
+    args.iteration = iteration;
+    args.only = only;
+    args.count = static_cast<uint32_t>(list.size());
+    const int64_t ns = plan_.workload().ops[op].compute_ns;
+    args.cycles = static_cast<int64_t>(static_cast<double>(std::max<int64_t>(ns, 0)) * cyclesPerNs_);
+    for (size_t k = 0; k < list.size(); ++k) {
+      const Param& p = list[k];
+      const bool passed = only < 0 || (p.role == Role::kRead) || static_cast<int64_t>(k) == only;
+      args.ptr[k] = passed ? static_cast<unsigned char*>(ptr_[p.buffer]) : nullptr;
+      args.bytes[k] = gShared.bytes[p.buffer];
+      args.role[k] = p.role == Role::kRead    ? delta::play::kKernelRead
+                     : p.role == Role::kWrite ? delta::play::kKernelWrite
+                                              : delta::play::kKernelAlloc;
+      if (p.role != Role::kAlloc) args.expected[k] = PlayPlan::token(plan_.expected(iteration, p), p.buffer);
+      if (p.role != Role::kRead) args.stamp[k] = stampOf(op, iteration, p.buffer);
+    }
+    CHECK(deltaPlayLaunchOp(&args, report_, stream));
+#else
     std::vector<uint64_t> header{op, iteration, static_cast<uint64_t>(only)};
     std::vector<void*> pointers(list.size());
     for (size_t k = 0; k < list.size(); ++k) {
@@ -288,6 +352,7 @@ class Player {
     for (int k = 0; k < kHeaderParams; ++k) args[k] = &header[k];
     for (size_t k = 0; k < list.size(); ++k) args[kHeaderParams + k] = &pointers[k];
     CHECK(cudaLaunchKernel(symbol_[op], dim3(1), dim3(1), args.data(), 0, stream));
+#endif
   }
 
   void step(uint32_t iteration, size_t op) {
@@ -381,6 +446,10 @@ class Player {
   uint64_t live_ = 0;
   uint64_t peak_ = 0;
   int (*isDropped_)(const void*) = nullptr;
+#ifdef DELTA_PLAY_CUDA
+  double cyclesPerNs_ = 1;
+  delta::play::PlayReport* report_ = nullptr;  // mapped host memory
+#endif
   int (*register_)(const void*, uint64_t, delta_recompute_fn, void*) = nullptr;
   int (*unregister_)(const void*) = nullptr;
 };
@@ -391,6 +460,7 @@ bool parseNumber(const std::string& text, double* out) {
   return !text.empty() && end != text.c_str() && *end == '\0' && std::isfinite(*out) && *out >= 0;
 }
 
+#ifndef DELTA_PLAY_CUDA
 // The bandwidth cudasim must be given for the scaled job to take the real job's times.
 void setLink(const char* variable, double realGbps, uint64_t scale) {
   if (const char* given = std::getenv(variable); given != nullptr && *given != '\0') {
@@ -403,6 +473,7 @@ void setLink(const char* variable, double realGbps, uint64_t scale) {
   setenv(variable, value, 1);
   std::printf("link: %s=%s (%.3f GB/s divided by the scale)\n", variable, value, realGbps);
 }
+#endif
 
 }  // namespace
 
@@ -486,9 +557,13 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(playedPeak),
               allBytes ? 100.0 * static_cast<double>(smallBytes) / static_cast<double>(allBytes) : 0.0,
               allBytes ? 100.0 * static_cast<double>(roundingBytes) / static_cast<double>(allBytes) : 0.0);
+#ifdef DELTA_PLAY_CUDA
+  std::printf("link: the GPU's own (--h2d-gbps and --d2h-gbps are for cudasim)\n");
+#else
   // Before the first CUDA call: cudasim reads its bandwidths when the driver starts.
   setLink("CUDASIM_H2D_GBPS", o.h2dGbps, o.scale);
   setLink("CUDASIM_D2H_GBPS", o.d2hGbps, o.scale);
+#endif
   std::fflush(stdout);
   Player player(o, plan);
   const int status = player.run();
