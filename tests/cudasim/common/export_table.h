@@ -69,6 +69,8 @@ struct ExportTable {
   bool (*cuptiEnableFails)();
   // cudasimKernelTime: the running kernel body's device time (driver/timing.h).
   void (*kernelTime)(int64_t nanoseconds);
+  // cudasimTimingOverruns: timed items whose host work outlasted their modeled time so far.
+  uint64_t (*timingOverruns)();
 };
 
 }  // namespace cudasim

@@ -109,7 +109,7 @@ void Timing::report() const {
                h2dBytesPerNs_, d2hBytesPerNs_, d2dBytesPerNs_,
                static_cast<unsigned long long>(timed_.load()));
   for (int engine = 1; engine < 4; ++engine)
-    std::fprintf(stderr, ", %s busy %.3f s", engineName(engine), busyNs_[engine].load() / 1e9);
+    std::fprintf(stderr, ", %s busy %.6f s", engineName(engine), busyNs_[engine].load() / 1e9);
   std::fprintf(stderr, "\n");
   int64_t busy = 0;
   for (const auto& engineBusy : busyNs_) busy += engineBusy.load();

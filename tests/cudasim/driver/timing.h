@@ -43,6 +43,9 @@ class Timing {
   // longer (an overrun, counted). Sleeps until the item ends on the modeled clock; returns that.
   int64_t finish(Engine engine, int64_t readyNs, int64_t hostStartNs, int64_t durationNs);
 
+  // Timed items whose host work outlasted their modeled time, so far.
+  uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
+
   // At exit, with CUDASIM_VERBOSE=1: what was timed, and the overruns.
   void report() const;
 

@@ -296,6 +296,11 @@ void cudasimKernelTime(int64_t nanoseconds) {
   if (gTable != nullptr) gTable->kernelTime(nanoseconds);
 }
 
+uint64_t cudasimTimingOverruns() {
+  std::call_once(gInitOnce, initialise);
+  return gTable != nullptr ? gTable->timingOverruns() : 0;
+}
+
 // ---- errors and versions --------------------------------------------------------------
 
 cudaError_t CUDARTAPI cudaGetLastError(void) {

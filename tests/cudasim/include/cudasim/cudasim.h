@@ -64,6 +64,11 @@ const char* cudasimSetFaults(const char* spec);
  * Details: driver/timing.h. */
 void cudasimKernelTime(int64_t nanoseconds);
 
+/* How many timed items so far took longer on the host than their modeled time (each then ends
+ * when its host work does, so the modeled clock is behind by that much): while it is 0, event
+ * times are exactly the model's arithmetic, which is what tests check. */
+uint64_t cudasimTimingOverruns(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
