@@ -286,6 +286,21 @@ bool Residency::free(CUdeviceptr address) {
     entry.events.push_back(buffer.restoreEvent);
     buffer.restoreEvent = nullptr;
   }
+  if (evictionMayRead(buffer)) {
+    // An eviction batch still reads it (and writes its host block), whether it is leaving or
+    // its eviction was called off: the memory and the block wait for that batch too.
+    CUevent event = takeEvent();
+    if (event != nullptr && api_.cuEventRecord(event, evictStream_) == CUDA_SUCCESS)
+      entry.events.push_back(event);
+    else {
+      giveEvent(event);
+      synced = true;
+    }
+  }
+  if (buffer.evicting) {
+    evictingBytes_ -= buffer.mappedBytes;
+    buffer.evicting = false;
+  }
   if (synced) api_.cuCtxSynchronize();  // untracked uses: the safe, slow way
   if (buffer.exportFd >= 0) close(buffer.exportFd);
   if (buffer.state == State::kResident) {
@@ -355,7 +370,8 @@ bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint3
                            int64_t now, uint32_t cause) {
   auto fits = [&] { return deviceBytes() + bytes <= limit; };
   if (fits()) return true;
-  // Cheapest first: memory nobody uses any more.
+  // Cheapest first: memory nobody uses any more, and evictions already done.
+  if (!inFlight_.empty() && reclaimEvictions(false)) trimPool(UINT64_MAX);
   if (!quarantine_.empty()) reclaimQuarantine(false);
   if (!fits() && pooled_ > 0) trimPool(deviceBytes() + bytes - limit);
   if (!fits() && !quarantine_.empty()) {
@@ -366,14 +382,23 @@ bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint3
   keepIds_.assign(keep.begin(), keep.end());
   keepIds_.insert(keepIds_.end(), heldIds_.begin(), heldIds_.end());
   policy::Victim victims[kVictimBatch];
+  beenShort_ |= !fits();
   while (!fits()) {
-    policy::EvictRequest request;
-    request.bytes = deviceBytes() + bytes - limit;
-    request.now_ns = now;
-    request.urgent = true;
-    request.keep = keepIds_;
-    size_t count = policy_->chooseVictims(request, victims);
-    if (count == 0 || !evict(victims, count, cause)) break;
+    // What the evictions in flight will free counts: only the rest needs new victims.
+    const uint64_t over = deviceBytes() + bytes - limit;
+    if (over > evictingBytes_) {
+      policy::EvictRequest request;
+      request.bytes = over - evictingBytes_;
+      request.now_ns = now;
+      request.urgent = true;
+      fillLinkState(request);
+      request.keep = keepIds_;
+      const size_t count = policy_->chooseVictims(request, victims);
+      if (count > 0 && evict(victims, count, cause)) continue;
+    }
+    // Nothing more to start: wait for the oldest eviction in flight (a stall), or give up.
+    if (inFlight_.empty()) break;
+    reclaimEvictions(true);
     trimPool(UINT64_MAX);
   }
   return fits();
@@ -463,6 +488,7 @@ CUresult Residency::acquireOrEvict(uint64_t bytes, CUmemGenericAllocationHandle*
            api_.cuMemGetInfo_v2(&free, &total) == CUDA_SUCCESS && free >= bytes + granularity_;
   };
   if (deviceHasRoom()) return result;
+  beenShort_ = true;
   const uint64_t refusedAt = deviceBytes();
   // The device holds less than the budget: evict what the policy chooses, `bytes` at a time,
   // until the memory is there or nothing more can go.
@@ -474,9 +500,11 @@ CUresult Residency::acquireOrEvict(uint64_t bytes, CUmemGenericAllocationHandle*
     request.bytes = bytes;
     request.now_ns = nowNs();
     request.urgent = true;
+    fillLinkState(request);
     request.keep = keepIds_;
     const size_t count = policy_->chooseVictims(request, victims);
     if (count == 0 || !evict(victims, count, cause)) break;
+    while (!inFlight_.empty()) reclaimEvictions(true);  // the device needs the memory now
     // A victim's memory of exactly this size is taken as it is: the device is not asked again
     // (it may refuse new memory for reasons of its own, and what it refuses once it may refuse
     // to the victim's restore too).
@@ -515,8 +543,10 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
     DELTA_WARN_ONCE("cannot create the eviction stream; running over budget");
     return false;
   }
-  // 1. The copies start after the last work that used each victim.
-  std::vector<std::pair<CUstream, CUevent>> recorded;  // one event per stream per batch
+  // 1. The batch starts after the last work that used each victim. An event waited for is
+  // captured at the wait, so the events recorded here go back to the pool at once.
+  std::pair<CUstream, CUevent> recorded[kVictimBatch * kMaxStreamUses];
+  size_t recordedCount = 0;
   bool syncAll = false;
   size_t evicting = 0;
   uint32_t chosen[kVictimBatch];
@@ -525,8 +555,8 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
     const uint32_t id = victims[v].id;
     if (id >= buffers_.size()) continue;
     Buffer& buffer = buffers_[id];
-    if (!buffer.live || buffer.state != State::kResident || buffer.pinned || buffer.held > 0 ||
-        buffer.regenerating)
+    if (!buffer.live || buffer.state != State::kResident || buffer.evicting || buffer.pinned ||
+        buffer.held > 0 || buffer.regenerating)
       continue;
     syncAll |= buffer.manyStreams;
     for (int i = 0; i < buffer.useCount && !syncAll; ++i) {
@@ -535,9 +565,9 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
         api_.cuStreamWaitEvent(evictStream_, use.event, 0);
         continue;
       }
-      auto found = std::find_if(recorded.begin(), recorded.end(),
+      auto found = std::find_if(recorded, recorded + recordedCount,
                                 [&](const auto& r) { return r.first == use.stream; });
-      if (found == recorded.end()) {
+      if (found == recorded + recordedCount) {
         CUevent event = takeEvent();
         if (event == nullptr || api_.cuEventRecord(event, use.stream) != CUDA_SUCCESS) {
           giveEvent(event);
@@ -545,7 +575,7 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
           break;
         }
         api_.cuStreamWaitEvent(evictStream_, event, 0);
-        recorded.emplace_back(use.stream, event);
+        recorded[recordedCount++] = {use.stream, event};
       }
     }
     if (buffer.restoreEvent) api_.cuStreamWaitEvent(evictStream_, buffer.restoreEvent, 0);
@@ -556,100 +586,225 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
                      !buffer.keepContents;
     chosen[evicting++] = id;
   }
+  for (size_t r = 0; r < recordedCount; ++r) giveEvent(recorded[r].second);
   if (evicting == 0) return false;
   if (syncAll) api_.cuCtxSynchronize();
 
+  EvictionBatch batch;
+  if (!spareBatches_.empty()) {
+    batch = std::move(spareBatches_.back());
+    spareBatches_.pop_back();
+  }
+  batch.members.clear();
+  batch.sequence = nextBatch_++;
+  batch.enqueuedNs = nowNs();
+  batch.cause = cause;
+  batch.copiedBytes = 0;
+  // Timing events around the copies, for what the link really gives (onCopyMeasured).
+  batch.start = nullptr;
+  if (api_.cuEventCreate(&batch.start, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
+      api_.cuEventRecord(batch.start, evictStream_) != CUDA_SUCCESS) {
+    if (batch.start) api_.cuEventDestroy_v2(batch.start);
+    batch.start = nullptr;
+  }
+
   // 2. Copy out what the host does not have yet.
-  uint64_t copied = 0;
   for (size_t i = 0; i < evicting; ++i) {
     Buffer& buffer = buffers_[chosen[i]];
-    if (drop[i]) continue;  // nothing to copy: it will be recomputed
-    if (buffer.hostValid) {
+    bool copying = false;
+    if (!drop[i] && buffer.hostValid) {
       stats_.cleanEvictions++;
-      continue;
-    }
-    if (buffer.host == nullptr) {
-      buffer.host = takeHost(buffer.mappedBytes, &buffer.hostPinned);
+    } else if (!drop[i]) {
       if (buffer.host == nullptr) {
-        DELTA_WARN_ONCE("host memory exhausted: cannot evict; running over budget");
-        chosen[i] = AddressMap::kNone;
+        buffer.host = takeHost(buffer.mappedBytes, &buffer.hostPinned);
+        if (buffer.host == nullptr) {
+          DELTA_WARN_ONCE("host memory exhausted: cannot evict; running over budget");
+          continue;
+        }
+      }
+      CUresult result =
+          api_.cuMemcpyDtoHAsync_v2(buffer.host, buffer.address, buffer.bytes, evictStream_);
+      if (result != CUDA_SUCCESS) {
+        // Once: a driver that refuses copies refuses them all, and each would be one more line.
+        DELTA_WARN_ONCE("eviction copy of %llu bytes at 0x%llx failed: %s; the buffer stays "
+                        "resident (later failures are not reported)",
+                        (unsigned long long)buffer.bytes, (unsigned long long)buffer.address,
+                        resultText(api_, result));
         continue;
       }
+      batch.copiedBytes += buffer.bytes;
+      copying = true;
     }
-    CUresult result = api_.cuMemcpyDtoHAsync_v2(buffer.host, buffer.address, buffer.bytes, evictStream_);
-    if (result != CUDA_SUCCESS) {
-      // Once: a driver that refuses copies refuses them all, and each would be one more line.
-      DELTA_WARN_ONCE("eviction copy of %llu bytes at 0x%llx failed: %s; the buffer stays "
-                      "resident (later failures are not reported)",
-                      (unsigned long long)buffer.bytes, (unsigned long long)buffer.address,
-                      resultText(api_, result));
-      chosen[i] = AddressMap::kNone;
-      continue;
-    }
-    copied += buffer.bytes;
+    buffer.evicting = true;
+    buffer.evictingCopy = copying;
+    buffer.evictBatch = batch.sequence;
+    evictingBytes_ += buffer.mappedBytes;
+    batch.members.push_back(EvictionBatch::Member{chosen[i], buffer.serial, drop[i]});
+    // The policy sees it gone now; the memory goes when the batch is done.
+    policy_->onEvicted(chosen[i], drop[i] ? policy::Action::kRecompute : policy::Action::kSwap);
   }
+  stats_.bytesToHost += batch.copiedBytes;
+  if (batch.copiedBytes > 0)
+    d2hBusyUntilNs_ = std::max(batch.enqueuedNs, d2hBusyUntilNs_) +
+                      policy_->costs().transferNs(policy::Direction::kDeviceToHost, batch.copiedBytes);
 
-  // 3. Only once the copies are done may the physical memory go.
-  const int64_t waitStart = nowNs();
-  CUevent done = takeEvent();
-  bool copiesDone = done != nullptr && api_.cuEventRecord(done, evictStream_) == CUDA_SUCCESS &&
-                    api_.cuEventSynchronize(done) == CUDA_SUCCESS;
-  giveEvent(done);
-  if (!copiesDone) copiesDone = api_.cuStreamSynchronize(evictStream_) == CUDA_SUCCESS;
-  const int64_t waited = nowNs() - waitStart;
-  stats_.stallNs += static_cast<uint64_t>(waited);
-  for (auto& [stream, event] : recorded) giveEvent(event);
-  if (!copiesDone) {
-    DELTA_WARN_ONCE("eviction copies failed to complete; running over budget");
+  // 3. The batch's end: copies done and last uses passed; then, not before, the memory goes.
+  if (api_.cuEventCreate(&batch.done, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
+      api_.cuEventRecord(batch.done, evictStream_) != CUDA_SUCCESS) {
+    if (batch.done) api_.cuEventDestroy_v2(batch.done);
+    batch.done = nullptr;  // reclaimEvictions then waits for the whole stream
+  }
+  if (batch.members.empty()) {
+    // Nothing could go (copies refused, no host memory): nothing is in flight either.
+    if (batch.start) api_.cuEventDestroy_v2(batch.start);
+    if (batch.done) api_.cuEventDestroy_v2(batch.done);
+    batch.start = batch.done = nullptr;
+    spareBatches_.push_back(std::move(batch));
     return false;
   }
-  if (copied > 0) {
-    stats_.bytesToHost += copied;
-    policy_->onCopyMeasured(policy::Direction::kDeviceToHost, copied, waited);
-  }
+  inFlight_.push_back(std::move(batch));
+  return true;
+}
 
-  bool any = false;
+void Residency::finishEviction(Buffer& buffer, uint32_t, bool drop, const EvictionBatch& batch,
+                               int64_t endNs) {
   trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed);
-  const int64_t end = nowNs();
-  for (size_t i = 0; i < evicting; ++i) {
-    if (chosen[i] == AddressMap::kNone) continue;
-    Buffer& buffer = buffers_[chosen[i]];
-    if (trace)
-      trace->evict(trace::EvictRecord{static_cast<uint64_t>(waitStart), static_cast<uint64_t>(end),
-                                      buffer.serial, buffer.bytes,
-                                      static_cast<uint64_t>(waited) / evicting,
-                                      reinterpret_cast<uint64_t>(evictStream_), cause,
-                                      drop[i] ? trace::kEvictDrop : uint8_t(0)});
-    api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
-    releasePhysical(buffer.mappedBytes, buffer.handle);
-    buffer.handle = 0;
-    if (drop[i]) {
-      buffer.state = State::kDropped;
-      giveHost(buffer.host, buffer.mappedBytes, buffer.hostPinned);  // a stale copy, if any
-      buffer.host = nullptr;
-      buffer.hostValid = false;
-      stats_.drops++;
-      if (buffer.hook.kind == RecomputeHook::Kind::kFramework) {
-        std::lock_guard notifierLock(gDropNotifierMutex);
-        if (gDropNotifier != nullptr)
-          tDropNotices.push_back(
-              DropNotice{gDropNotifier, gDropNotifierContext, buffer.address, buffer.bytes});
+  if (trace)
+    trace->evict(trace::EvictRecord{static_cast<uint64_t>(batch.enqueuedNs), static_cast<uint64_t>(endNs),
+                                    buffer.serial, buffer.bytes, 0,
+                                    reinterpret_cast<uint64_t>(evictStream_), batch.cause,
+                                    drop ? trace::kEvictDrop : uint8_t(0)});
+  api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
+  releasePhysical(buffer.mappedBytes, buffer.handle);
+  buffer.handle = 0;
+  buffer.evicting = false;
+  buffer.evictingCopy = false;
+  evictingBytes_ -= buffer.mappedBytes;
+  resident_ -= buffer.mappedBytes;
+  if (drop) {
+    buffer.state = State::kDropped;
+    giveHost(buffer.host, buffer.mappedBytes, buffer.hostPinned);  // a stale copy, if any
+    buffer.host = nullptr;
+    buffer.hostValid = false;
+    stats_.drops++;
+    if (buffer.hook.kind == RecomputeHook::Kind::kFramework) {
+      std::lock_guard notifierLock(gDropNotifierMutex);
+      if (gDropNotifier != nullptr)
+        tDropNotices.push_back(
+            DropNotice{gDropNotifier, gDropNotifierContext, buffer.address, buffer.bytes});
+    }
+  } else {
+    buffer.state = State::kEvicted;
+    buffer.hostValid = true;
+    stats_.evictions++;
+  }
+  for (int u = 0; u < buffer.useCount; ++u) giveEvent(buffer.uses[u].event);
+  buffer.useCount = 0;
+  buffer.manyStreams = false;
+  giveEvent(buffer.restoreEvent);
+  buffer.restoreEvent = nullptr;
+}
+
+bool Residency::reclaimEvictions(bool wait) {
+  bool any = false;
+  bool waited = false;
+  while (!inFlight_.empty()) {
+    EvictionBatch& batch = inFlight_.front();
+    CUresult state = batch.done ? api_.cuEventQuery(batch.done) : CUDA_ERROR_NOT_READY;
+    if (state == CUDA_ERROR_NOT_READY && wait && !waited) {
+      // Nothing else can make room: the host waits for the oldest batch, and says so.
+      const int64_t waitStart = nowNs();
+      state = batch.done ? api_.cuEventSynchronize(batch.done) : api_.cuStreamSynchronize(evictStream_);
+      stats_.stallNs += static_cast<uint64_t>(nowNs() - waitStart);
+      waited = true;
+    }
+    if (state == CUDA_ERROR_NOT_READY) break;
+    if (state != CUDA_SUCCESS) {
+      // The copies may not have happened: the buffers stay, over budget rather than lost.
+      DELTA_WARN_ONCE("eviction copies failed to complete: %s; those buffers stay resident",
+                      resultText(api_, state));
+      for (const EvictionBatch::Member& m : batch.members) {
+        Buffer& buffer = buffers_[m.id];
+        if (buffer.live && buffer.serial == m.serial && buffer.evicting &&
+            buffer.evictBatch == batch.sequence)
+          cancelEviction(m.id, nowNs());
       }
     } else {
-      buffer.state = State::kEvicted;
-      buffer.hostValid = true;
-      stats_.evictions++;
+      const int64_t end = nowNs();
+      if (batch.start != nullptr && batch.copiedBytes > 0) {
+        float ms = 0;
+        if (api_.cuEventElapsedTime_v2(&ms, batch.start, batch.done) == CUDA_SUCCESS && ms > 0)
+          policy_->onCopyMeasured(policy::Direction::kDeviceToHost, batch.copiedBytes,
+                                  static_cast<int64_t>(static_cast<double>(ms) * 1e6));
+      }
+      for (const EvictionBatch::Member& m : batch.members) {
+        Buffer& buffer = buffers_[m.id];
+        // Freed meanwhile (its memory went to quarantine), taken back by a use, or leaving again
+        // in a later batch: not this batch's to finish.
+        if (!buffer.live || buffer.serial != m.serial || !buffer.evicting ||
+            buffer.evictBatch != batch.sequence)
+          continue;
+        finishEviction(buffer, m.id, m.drop, batch, end);
+        any = true;
+      }
     }
-    for (int u = 0; u < buffer.useCount; ++u) giveEvent(buffer.uses[u].event);
-    buffer.useCount = 0;
-    buffer.manyStreams = false;
-    giveEvent(buffer.restoreEvent);
-    buffer.restoreEvent = nullptr;
-    resident_ -= buffer.mappedBytes;
-    policy_->onEvicted(chosen[i], drop[i] ? policy::Action::kRecompute : policy::Action::kSwap);
-    any = true;
+    if (batch.start) api_.cuEventDestroy_v2(batch.start);
+    if (batch.done) api_.cuEventDestroy_v2(batch.done);
+    batch.start = batch.done = nullptr;
+    spareBatches_.push_back(std::move(batch));
+    inFlight_.pop_front();
   }
+  // Every copy out is done: the link is idle, whatever the estimate said.
+  if (inFlight_.empty()) d2hBusyUntilNs_ = std::min(d2hBusyUntilNs_, nowNs());
   return any;
+}
+
+void Residency::fillLinkState(policy::EvictRequest& request) const {
+  request.d2h_busy_until_ns = std::max(request.now_ns, d2hBusyUntilNs_);
+  request.h2d_busy_until_ns = std::max(request.now_ns, h2dBusyUntilNs_);
+}
+
+bool Residency::evictionMayRead(const Buffer& buffer) const {
+  return buffer.evictBatch != 0 && !inFlight_.empty() &&
+         buffer.evictBatch >= inFlight_.front().sequence;
+}
+
+void Residency::cancelEviction(uint32_t id, int64_t now) {
+  Buffer& buffer = buffers_[id];
+  if (!buffer.evicting) return;
+  buffer.evicting = false;
+  // The copy still runs into the host block: not to be trusted, whatever it reads.
+  if (buffer.evictingCopy) buffer.hostValid = false;
+  buffer.evictingCopy = false;
+  evictingBytes_ -= buffer.mappedBytes;
+  stats_.cancelledEvictions++;
+  policy_->onRestored(id, now);
+}
+
+void Residency::makeRoomAhead(int64_t now) {
+  if (!beenShort_) return;
+  int64_t horizon = 0;
+  const uint64_t need = policy_->upcomingBytes(now, horizon);
+  if (need == 0) return;
+  // Pooled memory is room: what comes next takes it before anything is evicted.
+  const uint64_t limit = limitLocked();
+  const uint64_t taken = resident_ + quarantinedBytes_;
+  const uint64_t room = limit > taken ? limit - taken : 0;
+  if (need <= room + evictingBytes_) return;
+  // Never what a launch holds; nothing predicted to be used within the horizon (the policy
+  // sees to that through not_before_ns).
+  keepIds_.assign(heldIds_.begin(), heldIds_.end());
+  keepIds_.insert(keepIds_.end(), workingSet_.begin(), workingSet_.end());
+  policy::EvictRequest request;
+  request.bytes = need - room - evictingBytes_;
+  request.now_ns = now;
+  request.urgent = false;
+  fillLinkState(request);
+  request.not_before_ns = horizon;
+  request.keep = keepIds_;
+  policy::Victim victims[kVictimBatch];
+  const size_t count = policy_->chooseVictims(request, victims);
+  if (count > 0 && evict(victims, count, 0)) stats_.evictionsAhead += count;
 }
 
 CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause,
@@ -681,6 +836,9 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause,
     if (result != CUDA_SUCCESS) {
       api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
       releasePhysical(buffer.mappedBytes, handle);
+    } else {
+      h2dBusyUntilNs_ = std::max(start, h2dBusyUntilNs_) +
+                        policy_->costs().transferNs(policy::Direction::kHostToDevice, buffer.bytes);
     }
   }
   if (result != CUDA_SUCCESS) return result;
@@ -1048,6 +1206,13 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   if (!recomputeTimings_.empty()) pollRecomputeTimings();
 
   ReentryGuard guard;
+  if (!inFlight_.empty()) {
+    // A buffer of this work that is leaving stays (its memory is still there); evictions whose
+    // batch is done go now.
+    for (uint32_t id : workingSet_)
+      if (buffers_[id].evicting) cancelEviction(id, now);
+    if (reclaimEvictions(false)) trimPool(UINT64_MAX);
+  }
   uint64_t missing = 0;
   for (uint32_t id : workingSet_)
     if (buffers_[id].state != State::kResident) missing += buffers_[id].mappedBytes;
@@ -1126,6 +1291,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   policy_->onLaunch(launch);
   traceWork(stream, work, kernel, work.kind != WorkInfo::Kind::kOpaque, now);
   if (config_.prefetch) prefetch(now);
+  makeRoomAhead(now);
   // Held from here until the work is in its stream: neither this thread's recompute callbacks
   // nor other threads may evict them meanwhile.
   HeldLaunch& launchHeld = tHeld[tHeldDepth - 1];
@@ -1258,7 +1424,9 @@ CUresult Residency::remap(uint32_t id, std::span<const uint32_t> keep) {
 }
 
 void Residency::dropAgain(Buffer& buffer) {
-  // A regeneration that did not happen: the memory goes back, the buffer is dropped as before.
+  // A regeneration that did not happen: the memory goes back, the buffer is dropped as before
+  // (after any eviction batch that still reads it).
+  while (evictionMayRead(buffer)) reclaimEvictions(true);
   if (buffer.state == State::kResident && buffer.handle != 0) {
     api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
     releasePhysical(buffer.mappedBytes, buffer.handle);
@@ -1317,12 +1485,16 @@ void Residency::prefetch(int64_t now) {
   policy::Prefetch wanted[8];
   policy::PrefetchRequest request;
   request.now_ns = now;
-  request.h2d_busy_until_ns = now;
+  request.h2d_busy_until_ns = std::max(now, h2dBusyUntilNs_);
   const size_t count = policy_->choosePrefetches(request, wanted);
   for (size_t i = 0; i < count; ++i) {
     const uint32_t id = wanted[i].id;
     if (id >= buffers_.size()) continue;
     Buffer& buffer = buffers_[id];
+    if (buffer.live && buffer.evicting) {
+      cancelEviction(id, now);  // still there: wanted back before it even left
+      continue;
+    }
     if (!buffer.live || buffer.state != State::kEvicted || buffer.host == nullptr) continue;
     if (deviceBytes() + buffer.mappedBytes > limitLocked()) break;
     if (prefetchStream_ == nullptr &&
@@ -1374,6 +1546,7 @@ bool Residency::pin(CUdeviceptr address, bool pinned) {
   std::lock_guard lock(mutex_);
   uint32_t id = addresses_.find(address);
   if (id == AddressMap::kNone) return false;
+  if (pinned && buffers_[id].evicting) cancelEviction(id, nowNs());
   buffers_[id].pinned = pinned;
   policy_->onPinned(id, pinned);
   return true;
@@ -1414,6 +1587,7 @@ CUresult Residency::exportBuffer(CUdeviceptr address, CUdeviceptr* base, uint64_
             (unsigned long long)buffer.address);
     return CUDA_ERROR_NOT_SUPPORTED;
   }
+  if (buffer.evicting) cancelEviction(id, nowNs());
   buffer.pinned = true;
   policy_->onPinned(id, true);
   const std::vector<uint32_t> keep{id};
@@ -1470,6 +1644,8 @@ int Residency::setRecompute(CUdeviceptr address, const RecomputeHook& hook) {
   std::lock_guard lock(mutex_);
   const uint32_t id = addresses_.find(address);
   if (id == AddressMap::kNone) return -1;
+  // A drop in flight needs the hook it was decided with: without one, the buffer stays.
+  if (hook.kind == RecomputeHook::Kind::kNone && buffers_[id].evicting) cancelEviction(id, nowNs());
   buffers_[id].hook = hook;
   if (hook.kind != RecomputeHook::Kind::kNone) anyRecomputable_.store(true, std::memory_order_relaxed);
   policy_->onRecomputable(id, hook.kind == RecomputeHook::Kind::kNone ? policy::kUnknownNs
@@ -1486,6 +1662,8 @@ int Residency::clearRecompute(CUdeviceptr address) {
     if (id == AddressMap::kNone) return -1;
     kind = buffers_[id].hook.kind;
     start = buffers_[id].address;
+    // A drop in flight would leave it without the hook that can regenerate it: it stays.
+    if (buffers_[id].evicting) cancelEviction(id, nowNs());
     if (buffers_[id].state != State::kDropped || kind != RecomputeHook::Kind::kCallback) {
       buffers_[id].hook = RecomputeHook{};
       policy_->onRecomputable(id, policy::kUnknownNs);
@@ -1526,6 +1704,8 @@ int Residency::beginRecompute(CUdeviceptr address) {
   if (id == AddressMap::kNone) return -1;
   Buffer& buffer = buffers_[id];
   if (buffer.hook.kind == RecomputeHook::Kind::kFramework) buffer.keepContents = true;
+  // Leaving but intact: it stays, as the framework is about to use what it holds.
+  if (buffer.evicting) cancelEviction(id, nowNs());
   if (buffer.state != State::kDropped) return 0;
   const int64_t now = nowNs();
   const std::vector<uint32_t> keep{id};

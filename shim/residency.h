@@ -38,6 +38,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -69,6 +70,8 @@ struct Stats {
   uint64_t bytesToHost = 0;
   uint64_t bytesToDevice = 0;
   uint64_t cleanEvictions = 0;  // no copy needed: the host copy was still valid
+  uint64_t cancelledEvictions = 0;  // taken back by a use while their copy was in flight
+  uint64_t evictionsAhead = 0;      // started after a launch, for what the next ones need
   uint64_t stallNs = 0;         // host time spent waiting for evictions to finish
   uint64_t overBudgetLaunches = 0;
   uint64_t overBudgetAllocations = 0;  // allocations made when nothing more could be evicted
@@ -238,6 +241,12 @@ class Residency {
     const void* regeneratingThread = nullptr;
     // Mapped again for a callback that has not run yet: a use before that runs it first.
     bool pendingRegeneration = false;
+    // Leaving: a batch on the eviction stream copies it out (or waits for its last use, for a
+    // drop); its memory goes once that batch is done. Still mapped and intact until then, so a
+    // use takes it back at no cost (the copy is then not trusted).
+    bool evicting = false;
+    bool evictingCopy = false;  // a copy into `host` is in that batch
+    uint64_t evictBatch = 0;    // which batch: an earlier one, called off, is not this one
     int64_t regenerateStartNs = 0;
     // The framework checked it (delta_begin_recompute) and will use it: swapped if need be, but
     // not dropped again before that use, or the framework's check would be worthless.
@@ -250,6 +259,21 @@ class Residency {
     RecomputeHook hook;
     CUdeviceptr address;
     uint64_t bytes;
+  };
+  // Evictions in flight, oldest first (one stream: they complete in order).
+  struct EvictionBatch {
+    CUevent start = nullptr;  // timing events around the copies (nullptr: none)
+    CUevent done = nullptr;   // the batch is over: copies done, last uses passed
+    uint64_t sequence = 0;
+    int64_t enqueuedNs = 0;
+    uint64_t copiedBytes = 0;
+    uint32_t cause = 0;
+    struct Member {
+      uint32_t id;
+      uint64_t serial;
+      bool drop;
+    };
+    std::vector<Member> members;
   };
   // A callback's device time, read once its events have completed.
   struct RecomputeTiming {
@@ -289,7 +313,24 @@ class Residency {
   // Now and then, when the ceiling binds: has the device got memory back since?
   void maybeRaiseCeiling(int64_t now);
   uint64_t headroom(uint64_t deviceFree) const;
+  // Starts evicting `victims` (asynchronously: see Buffer::evicting). False: none could go.
   bool evict(const policy::Victim* victims, size_t count, uint32_t cause);
+  // Ends the evictions whose batch is done (`wait`: the oldest one at least, waiting for it on
+  // the host, which is counted as a stall). True when some memory went.
+  bool reclaimEvictions(bool wait);
+  void finishEviction(Buffer& buffer, uint32_t id, bool drop, const EvictionBatch& batch,
+                      int64_t endNs);
+  // A use of a buffer that is leaving: it stays (the eviction is called off; its batch still
+  // runs).
+  void cancelEviction(uint32_t id, int64_t now);
+  // An eviction batch not done yet copies from this buffer (or waits on it): its memory and host
+  // block may not go before that batch.
+  bool evictionMayRead(const Buffer& buffer) const;
+  // After a launch: frees room for what the policy predicts the next launches need.
+  void makeRoomAhead(int64_t now);
+  // When the copy engines finish what the shim has queued on them, as the replay tells the
+  // policy (policy/simulator.cpp): a copy out chosen now waits behind those.
+  void fillLinkState(policy::EvictRequest& request) const;
   // `keep`: what restoring may not evict when the device is full (a prefetch never evicts).
   CUresult restore(uint32_t id, CUstream stream, uint32_t cause, std::span<const uint32_t> keep,
                    bool prefetched = false, bool perThreadStream = false);
@@ -366,6 +407,17 @@ class Residency {
   std::vector<Quarantined> quarantine_;
   std::vector<CUevent> eventPool_;
   CUstream evictStream_ = nullptr;
+  std::deque<EvictionBatch> inFlight_;
+  std::vector<EvictionBatch> spareBatches_;  // their member vectors kept, not to allocate again
+  uint64_t evictingBytes_ = 0;               // counted in resident_ until their batch is done
+  uint64_t nextBatch_ = 1;
+  // Memory has been short at least once: from then on, room is made ahead of each launch (until
+  // then the budget never bound, and the look ahead would only cost the launch path).
+  bool beenShort_ = false;
+  // Estimated ends of the copies queued on each engine (the policy's cost model, which the
+  // measured copies calibrate).
+  int64_t d2hBusyUntilNs_ = 0;
+  int64_t h2dBusyUntilNs_ = 0;
   CUstream prefetchStream_ = nullptr;
   Stats stats_;
   uint64_t nextSerial_ = 1;

@@ -194,9 +194,10 @@ void Shim::printSummary() {
   logLine("summary: budget %llu MiB, peak resident %llu MiB, %llu buffers allocated, %llu freed",
           mib(residency->budget()), mib(s.peakResidentBytes), (unsigned long long)s.allocations,
           (unsigned long long)s.frees);
-  logLine("summary: %llu evictions (%llu without a copy), %llu restores (%llu prefetched), "
-          "%llu MiB to host, %llu MiB back to device",
+  logLine("summary: %llu evictions (%llu without a copy, %llu started ahead, %llu called off by a "
+          "use), %llu restores (%llu prefetched), %llu MiB to host, %llu MiB back to device",
           (unsigned long long)s.evictions, (unsigned long long)s.cleanEvictions,
+          (unsigned long long)s.evictionsAhead, (unsigned long long)s.cancelledEvictions,
           (unsigned long long)s.restores, (unsigned long long)s.prefetches, mib(s.bytesToHost),
           mib(s.bytesToDevice));
   if (s.drops > 0 || s.recomputes > 0 || s.recomputeFailures > 0)
@@ -217,7 +218,7 @@ void Shim::printSummary() {
           "prefetches=%llu bytes_to_host=%llu bytes_to_device=%llu over_budget_launches=%llu "
           "over_budget_allocations=%llu unanalysed_launches=%llu stall_ns=%llu drops=%llu "
           "recomputes=%llu recompute_failures=%llu recompute_ns=%llu device_full=%llu "
-          "ceiling_bytes=%llu pointer_tables=%llu",
+          "ceiling_bytes=%llu pointer_tables=%llu evictions_ahead=%llu cancelled_evictions=%llu",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
           (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
@@ -227,7 +228,8 @@ void Shim::printSummary() {
           (unsigned long long)s.drops, (unsigned long long)s.recomputes,
           (unsigned long long)s.recomputeFailures, (unsigned long long)s.recomputeNs,
           (unsigned long long)s.deviceFull, (unsigned long long)s.ceilingBytes,
-          (unsigned long long)s.pointerTables);
+          (unsigned long long)s.pointerTables, (unsigned long long)s.evictionsAhead,
+          (unsigned long long)s.cancelledEvictions);
 }
 
 }  // namespace delta::shim

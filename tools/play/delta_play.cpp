@@ -212,6 +212,9 @@ class Player {
     iterationOf_.assign(w.buffers.size(), 0);
     if (void* f = dlsym(RTLD_DEFAULT, "delta_is_dropped"))
       isDropped_ = reinterpret_cast<int (*)(const void*)>(f);
+    // Where iterations start, as a framework's training loop says it (delta learns from it).
+    if (void* f = dlsym(RTLD_DEFAULT, "delta_mark_iteration"))
+      markIteration_ = reinterpret_cast<int (*)()>(f);
     if (options.recompute) {
       if (void* f = dlsym(RTLD_DEFAULT, "delta_register_recompute"))
         register_ = reinterpret_cast<decltype(register_)>(f);
@@ -249,6 +252,7 @@ class Player {
     double measured = 0;
     for (uint32_t i = 0; i < o_.iterations; ++i) {
       const int64_t start = nowNs();
+      if (markIteration_ != nullptr) markIteration_();
       for (size_t op = 0; op < plan_.ops(); ++op) step(i, op);
       CHECK(cudaStreamSynchronize(stream_));
       const int64_t ns = nowNs() - start;
@@ -446,6 +450,7 @@ class Player {
   uint64_t live_ = 0;
   uint64_t peak_ = 0;
   int (*isDropped_)(const void*) = nullptr;
+  int (*markIteration_)() = nullptr;
 #ifdef DELTA_PLAY_CUDA
   double cyclesPerNs_ = 1;
   delta::play::PlayReport* report_ = nullptr;  // mapped host memory
