@@ -4,7 +4,8 @@
 // A managed buffer is a reserved device address range that lives as long as the buffer.
 // Physical memory (one cuMemCreate handle of the rounded size) is mapped under it while it
 // is resident; evicting copies the contents to host memory on a dedicated stream, after the
-// last work that used it, then unmaps and releases the physical memory; restoring maps new
+// last work that used it, and unmaps and releases the physical memory once that batch is done
+// (the host does not wait for it unless nothing else can make room); restoring maps new
 // physical memory at the same address and copies the contents back on the stream of the
 // work that needs them, so that work is ordered after the copy.
 //
