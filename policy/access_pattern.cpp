@@ -44,6 +44,7 @@ void AccessPattern::boundary(std::int64_t now_ns) {
   started_ = true;
   position_ = 0;
   iteration_start_ns_ = now_ns;
+  ++boundaries_;
 }
 
 void AccessPattern::onLaunch(const Launch& launch) {

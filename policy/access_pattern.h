@@ -33,6 +33,8 @@ class AccessPattern {
   // An iteration that repeats the learned one launch for launch does not replace it: a stable
   // loop is learned once, not re-learned (and re-ranked) every iteration.
   std::uint32_t generation() const { return generation_; }
+  // Iteration boundaries so far (markers or detected), the first launch's included.
+  std::uint32_t boundaries() const { return boundaries_; }
   // The next complete iteration replaces the learned one even if it repeats it launch for
   // launch: its times changed (the policy acts differently now), not its launches.
   void relearnNext() { relearn_next_ = true; }
@@ -57,6 +59,7 @@ class AccessPattern {
   std::int64_t iteration_start_ns_ = 0;
   std::uint32_t position_ = 0;
   std::uint32_t generation_ = 0;
+  std::uint32_t boundaries_ = 0;
   bool started_ = false;
   bool markers_ = false;  // the caller gives iteration markers: do not detect
   bool relearn_next_ = false;

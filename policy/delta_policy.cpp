@@ -22,7 +22,13 @@ DeltaPolicy::DeltaPolicy(const PolicyConfig& config, DirectorMode mode)
       expected_(config.max_buffers, 0),
       // A buffer the caller evicts on its own counts as evicted when memory was short, with no
       // predicted slack, until chooseVictims picks it in some other context.
-      swap_class_(config.max_buffers, static_cast<std::uint8_t>(swapClass(true, kUnknownNs, 0))) {}
+      swap_class_(config.max_buffers, static_cast<std::uint8_t>(swapClass(true, kUnknownNs, 0))) {
+  if (config.plan_elsewhere && config.budget_bytes > 0) {
+    request_.schedule.reserve(config.max_buffers, config.max_launches, config.max_uses);
+    request_.buffers.reserve(planned_.size());
+    request_.waited_ns.reserve(waited_at_.size());
+  }
+}
 
 std::string_view DeltaPolicy::name() const {
   switch (mode_) {
@@ -63,6 +69,7 @@ void DeltaPolicy::onLaunch(const Launch& launch) {
   checkRestores(launch);
   pattern_.onLaunch(launch);
   relearnIfChanged();
+  atBoundary();
   // Recorded after planning: a boundary makes this launch position 0 of the new iteration,
   // and the plan reads the old one's.
   const std::uint32_t pos = pattern_.position() - 1;
@@ -119,6 +126,7 @@ void DeltaPolicy::checkRestores(const Launch& launch) {
 void DeltaPolicy::onIteration(std::int64_t now_ns) {
   pattern_.onIteration(now_ns);
   relearnIfChanged();
+  atBoundary();
 }
 
 void DeltaPolicy::relearnIfChanged() {
@@ -135,22 +143,84 @@ void DeltaPolicy::replan() {
     relearning_ = false;
     return;
   }
-  const DirectorMode before = activeMode();
-  const Prefetcher::Window window_before = activeWindow();
-  bool replayed = false;  // planned here: plan_ carries the chosen candidate's replay
   if (switch_pending_) {  // a planner's replay: switch as planned, plan nothing
     switch_pending_ = false;
-    plan_.planned = true;
-    plan_.mode = switch_to_;
-    plan_.window = switch_window_;
-  } else if (config_.budget_bytes > 0) {
-    for (BufferId id = 0; id < table_.capacity(); ++id) {
-      if (table_[id].residency != Residency::kFree) planned_[id].bytes = table_[id].bytes;
-    }
-    plan_ = Planner::choose(Planner::workloadFrom(pattern_.schedule(), planned_, waited_at_),
-                            config_.budget_bytes, costs_, mode_);
-    replayed = plan_.planned;
+    Plan plan;
+    plan.planned = true;
+    plan.mode = switch_to_;
+    plan.window = switch_window_;
+    applyPlan(std::move(plan), false, true);
+    return;
   }
+  if (config_.budget_bytes == 0) return;
+  for (BufferId id = 0; id < table_.capacity(); ++id) {
+    if (table_[id].residency != Residency::kFree) planned_[id].bytes = table_[id].bytes;
+  }
+  if (config_.plan_elsewhere) {
+    // The launches waited for are recorded from the next launch on, over the iteration just
+    // learned: the copy is taken now or, while the caller still plans the last one, never for
+    // this iteration (the next boundary requests the iteration learned by then).
+    if (request_out_) {
+      request_deferred_ = true;
+    } else {
+      requestPlan();
+    }
+    return;
+  }
+  Plan plan = Planner::choose(Planner::workloadFrom(pattern_.schedule(), planned_, waited_at_),
+                              config_.budget_bytes, costs_, mode_);
+  const bool replayed = plan.planned;
+  applyPlan(std::move(plan), replayed, true);
+}
+
+void DeltaPolicy::requestPlan() {
+  // Copy-assignment into the storage reserved at construction: no allocation.
+  request_.schedule = pattern_.schedule();
+  request_.buffers.assign(planned_.begin(), planned_.end());
+  request_.waited_ns.assign(waited_at_.begin(), waited_at_.end());
+  request_.budget_bytes = config_.budget_bytes;
+  request_.costs = costs_;
+  request_.configured = mode_;
+  request_.generation = pattern_.generation();
+  request_deferred_ = false;
+  plan_wanted_ = true;
+}
+
+const PlanRequest* DeltaPolicy::takePlanRequest() {
+  if (!plan_wanted_) return nullptr;
+  plan_wanted_ = false;
+  request_out_ = true;
+  return &request_;
+}
+
+void DeltaPolicy::deliverPlan(Plan&& plan) {
+  if (!request_out_) return;  // not asked for: ignored
+  request_out_ = false;
+  delivered_ = std::move(plan);
+  delivered_generation_ = request_.generation;
+  delivered_ready_ = true;
+}
+
+void DeltaPolicy::atBoundary() {
+  if (pattern_.boundaries() == boundaries_seen_) return;
+  boundaries_seen_ = pattern_.boundaries();
+  if (delivered_ready_) {
+    delivered_ready_ = false;
+    // A plan for an iteration learned since (a loop that changes) still beats none; its
+    // replay's times and costs describe another iteration, so the mode starts from its own.
+    const bool current = delivered_generation_ == pattern_.generation();
+    const bool replayed = delivered_.planned;
+    applyPlan(std::move(delivered_), replayed, current);
+    reindexAll();  // predictions follow the adopted mode's times
+  }
+  if (request_deferred_ && !request_out_) requestPlan();
+}
+
+void DeltaPolicy::applyPlan(Plan&& plan, bool replayed, bool current) {
+  const DirectorMode before = activeMode();
+  const Prefetcher::Window window_before = activeWindow();
+  if (plan.planned || replayed) ++plans_adopted_;
+  plan_ = std::move(plan);
   if (activeMode() == before && activeWindow() == window_before) return;
   director_ = Director(activeMode());
   // A new mode: what delta measured and learned so far is how the old mode's actions cost and
@@ -162,7 +232,7 @@ void DeltaPolicy::replan() {
   // Not on a change of window alone: the actions stay the mode's and their costs, measured on
   // the real run, stay too (adopting there as well was measured worse: DenseNet-121, whose
   // costs drift from one iteration to the next).
-  if (replayed && activeMode() != before && pattern_.retimeLearned(plan_.learned_offsets_ns)) {
+  if (replayed && current && activeMode() != before && pattern_.retimeLearned(plan_.learned_offsets_ns)) {
     adoptOutcomes(plan_.outcomes);
     return;
   }

@@ -42,6 +42,15 @@ class DeltaPolicy : public Policy {
   void onWaited(BufferId id, std::int64_t waited_ns) override;
   std::size_t choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out) override;
   std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& horizon_ns) const override;
+  // With PolicyConfig::plan_elsewhere (policy.h): a newly learned iteration becomes a request
+  // (copied into storage reserved at construction) instead of a plan on the spot; a delivered
+  // plan is adopted at the next iteration boundary, as the synchronous planner's is at the
+  // boundary that learned it. While a request is out, an iteration learned meanwhile is
+  // requested at the first boundary after the delivery.
+  const PlanRequest* takePlanRequest() override;
+  void deliverPlan(Plan&& plan) override;
+  // Plans adopted so far (each by replan or at a boundary).
+  std::uint32_t plansAdopted() const { return plans_adopted_; }
 
   const AccessPattern& pattern() const { return pattern_; }
   // The mode and window chosen for the learned iteration (planner.h); the configured mode and
@@ -90,6 +99,15 @@ class DeltaPolicy : public Policy {
 
   void relearnIfChanged();
   void replan();
+  // Copies what the planner reads into request_ and raises plan_wanted_.
+  void requestPlan();
+  // At an iteration boundary (a no-op otherwise): adopts a delivered plan, or requests one deferred while the
+  // last request was out.
+  void atBoundary();
+  // Makes `plan` the active one; `replayed`: it carries its chosen replay's learned times and
+  // measured costs (Planner::choose), which a new mode starts from when it still describes
+  // the learned iteration (`current`).
+  void applyPlan(Plan&& plan, bool replayed, bool current);
   void adoptOutcomes(const MeasuredOutcomes& outcomes);
   void checkRestores(const Launch& launch);
   void closeOutcome(BufferId id, bool used);
@@ -104,6 +122,16 @@ class DeltaPolicy : public Policy {
   Prefetcher::Window switch_window_ = Prefetcher::Window::kGross;
   bool switch_pending_ = false;
   bool relearning_ = false;
+  // Planning by the caller: the request (reserved when plan_elsewhere), whether the caller
+  // holds it, a plan it delivered and not yet adopted, a request deferred while one was out.
+  PlanRequest request_;
+  bool request_out_ = false;
+  Plan delivered_;
+  bool delivered_ready_ = false;
+  std::uint32_t delivered_generation_ = 0;
+  bool request_deferred_ = false;
+  std::uint32_t boundaries_seen_ = 0;
+  std::uint32_t plans_adopted_ = 0;
   std::uint32_t generation_ = 0;
   // For the planner: each id's size and hook cost as it was when freed (the learned iteration
   // refers to buffers long gone), and what each launch of the iteration waited.

@@ -2,6 +2,7 @@
 #include "policy/planner.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,40 @@
 #include "policy/simulator.h"
 
 namespace delta::policy {
+
+namespace {
+constexpr const char* kModeNames[] = {"mixed", "swap-only", "recompute-only"};
+constexpr const char* kWindowNames[] = {"", "/net", "/on-demand"};
+constexpr const char* kStartNames[] = {"", "/fresh"};
+
+std::string candidateName(int start, int mode, int window) {
+  return std::string(kModeNames[mode]) + kWindowNames[window] + kStartNames[start];
+}
+}  // namespace
+
+std::string Plan::name() const {
+  return candidateName(static_cast<int>(start), static_cast<int>(mode), static_cast<int>(window));
+}
+
+std::string Plan::predictions() const {
+  std::string text;
+  for (int s = 0; s < 2; ++s) {
+    for (int w = 0; w < Prefetcher::kWindows; ++w) {
+      for (int m = 0; m < 3; ++m) {
+        const std::int64_t ns = predicted_ns[s][m][w];
+        if (ns == kNotReplayed) continue;
+        char time[32];
+        if (ns == kGaveUp) {
+          std::snprintf(time, sizeof time, "too slow");
+        } else {
+          std::snprintf(time, sizeof time, "%.2f ms", static_cast<double>(ns) / 1e6);
+        }
+        text += (text.empty() ? "" : ", ") + candidateName(s, m, w) + " " + time;
+      }
+    }
+  }
+  return text;
+}
 
 Workload Planner::workloadFrom(const UseSchedule& schedule, std::span<const PlannedBuffer> buffers,
                                std::span<const std::int64_t> waited_ns) {

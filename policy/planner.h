@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "policy/cost_model.h"
@@ -98,6 +99,12 @@ struct Plan {
   // measured of the new mode's actions (at the end of the run: as good an estimate).
   std::vector<std::int64_t> learned_offsets_ns;
   MeasuredOutcomes outcomes;
+
+  // The chosen candidate as `replay` prints it: the mode, "/net" when room is made ahead by
+  // the net window, "/on-demand" when none is, "/fresh" when its replay started in its mode.
+  std::string name() const;
+  // Every candidate replayed with its predicted iteration time, in that notation.
+  std::string predictions() const;
 };
 
 class Planner {
@@ -118,6 +125,24 @@ class Planner {
   // when the workload's peak fits the budget.
   static Plan choose(const Workload& workload, std::uint64_t budget_bytes, const CostModel& costs,
                      DirectorMode configured = DirectorMode::kMixed);
+};
+
+// Everything the planner reads of a learned iteration, copied out of the policy, so that the
+// plan can be made on another thread while the policy goes on (PolicyConfig::plan_elsewhere).
+// The policy reserves it at construction: taking the copy allocates nothing.
+struct PlanRequest {
+  UseSchedule schedule;
+  std::vector<PlannedBuffer> buffers;       // by buffer id
+  std::vector<std::int64_t> waited_ns;      // by launch position
+  std::uint64_t budget_bytes = 0;
+  CostModel costs{1.0, 1.0};
+  DirectorMode configured = DirectorMode::kMixed;
+  std::uint32_t generation = 0;  // the learned iteration's (AccessPattern::generation)
+
+  // Planner::choose on the iteration rebuilt: seconds on a long iteration (docs/policy.md).
+  Plan run() const {
+    return Planner::choose(Planner::workloadFrom(schedule, buffers, waited_ns), budget_bytes, costs, configured);
+  }
 };
 
 }  // namespace delta::policy

@@ -38,7 +38,15 @@ struct PolicyConfig {
   // learned iteration within it (planner.h: the mode, how far ahead to make room). 0: no
   // planning.
   std::uint64_t budget_bytes = 0;
+  // The caller runs the planner (off its launch path: the shim's planner thread): a newly
+  // learned iteration is copied into a PlanRequest for it instead of planned on the spot, and
+  // the plan it hands back is adopted at the next iteration boundary. false: planned in the
+  // call that learns the iteration (the simulator).
+  bool plan_elsewhere = false;
 };
+
+struct Plan;
+struct PlanRequest;
 
 class Policy {
  public:
@@ -89,6 +97,15 @@ class Policy {
   const BufferTable& buffers() const { return table_; }
   const CostModel& costs() const { return costs_; }
 
+  // --- Planning by the caller (PolicyConfig::plan_elsewhere). ---
+  // A request is waiting: take it (once), run it on any thread (PlanRequest::run) and hand the
+  // plan back through deliverPlan, serialised with the other calls like them. The request is
+  // the policy's and stays untouched by it until the plan is delivered. One load: cheap enough
+  // to ask after every event.
+  bool wantsPlan() const { return plan_wanted_; }
+  virtual const PlanRequest* takePlanRequest() { return nullptr; }
+  virtual void deliverPlan(Plan&& plan);
+
  protected:
   struct Rating {
     double score = 0;  // higher: evicted first
@@ -118,6 +135,7 @@ class Policy {
   BufferTable table_;
   CostModel costs_;
   PolicyConfig config_;
+  bool plan_wanted_ = false;
 
  private:
   struct Scored {

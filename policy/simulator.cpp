@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "policy/planner.h"
+
 namespace delta::policy {
 
 namespace {
@@ -21,6 +23,7 @@ PolicyConfig policyConfigFor(const Workload& workload, const SimOptions& options
   config.h2d_gbps = options.h2d_gbps;
   config.d2h_gbps = options.d2h_gbps;
   config.budget_bytes = options.budget_bytes;
+  config.plan_elsewhere = options.plan_elsewhere;
   return config;
 }
 
@@ -80,6 +83,7 @@ SimResult Simulator::run(Policy& policy) {
       t_start = t_compute_;
     }
     if (options_.iteration_markers) policy.onIteration(t_compute_);
+    servePlan();
     for (std::size_t i = 0; i < workload_.ops.size() && !r_.gave_up; ++i) {
       step(i);
       r_.gave_up = options_.give_up_after_ns > 0 && t_compute_ > options_.give_up_after_ns;
@@ -106,6 +110,11 @@ SimResult Simulator::run(Policy& policy) {
                                     : 0.0;
   policy_ = nullptr;
   return r;
+}
+
+void Simulator::servePlan() {
+  if (!policy_->wantsPlan()) return;
+  if (const PlanRequest* request = policy_->takePlanRequest()) policy_->deliverPlan(request->run());
 }
 
 void Simulator::addUsed(std::uint64_t bytes) {
@@ -159,6 +168,7 @@ void Simulator::step(std::size_t op_index) {
   if (used_ > options_.budget_bytes) ++r_.over_budget_ops;
   const std::int64_t end = start + op.compute_ns;
   policy_->onLaunch({start, 0, ws});
+  servePlan();
   t_compute_ = end;
   for (BufferId b : ws) bufs_[b].last_use_end = end;
   for (BufferId w : op.writes) {

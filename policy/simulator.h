@@ -39,6 +39,10 @@ struct SimOptions {
   // Stop once the simulated clock (warm-up included) passes this, and say so (SimResult::
   // gave_up); 0: never. For callers that only need to know whether a run beats another.
   std::int64_t give_up_after_ns = 0;
+  // Plan as the shim does (PolicyConfig::plan_elsewhere): the request a learned iteration makes
+  // is run at once, as if the planner thread finished within the iteration, and its plan is
+  // adopted at the next boundary, one iteration later than planning on the spot does.
+  bool plan_elsewhere = false;
 };
 
 struct SimResult {
@@ -107,6 +111,8 @@ class Simulator {
   void retire(std::int64_t now);
   // Tells the policy the current op waited for `id` until `until`, beyond the waits reported.
   void reportWait(BufferId id, std::int64_t until);
+  // Runs the plan the policy asks for, if any (SimOptions::plan_elsewhere).
+  void servePlan();
   void addUsed(std::uint64_t bytes);
   std::int64_t transferNs(Direction dir, std::uint64_t bytes) const;
   const std::vector<BufferId>& inputsOf(BufferId id) const;

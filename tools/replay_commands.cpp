@@ -74,39 +74,14 @@ std::string checkPolicy(const std::string& name) {
   return policy::makePolicy(name, {}).error;
 }
 
-// What delta (or a variant) planned (policy/planner.h): its mode, "/net" when it makes room
-// ahead by the net window, "/on-demand" when it makes none, "/fresh" when the candidate
-// replayed started in its mode; "" for other policies or when it did not plan. `detailed` adds
-// the predicted iteration time of every candidate replayed.
+// What delta (or a variant) planned (Plan::name), "" for other policies or when it did not
+// plan. `detailed` adds the predicted iteration time of every candidate replayed.
 std::string planText(const policy::Policy& policy, bool detailed) {
   const auto* delta = dynamic_cast<const policy::DeltaPolicy*>(&policy);
   if (delta == nullptr || !delta->plan().planned) return {};
-  static constexpr std::string_view kModeNames[] = {"mixed", "swap-only", "recompute-only"};
-  static constexpr std::string_view kWindowNames[] = {"", "/net", "/on-demand"};
-  static constexpr std::string_view kStartNames[] = {"", "/fresh"};
   const policy::Plan& plan = delta->plan();
-  auto name = [&](int s, int m, int w) {
-    return fmt::format("{}{}{}", kModeNames[m], kWindowNames[w], kStartNames[s]);
-  };
-  std::string text =
-      name(static_cast<int>(plan.start), static_cast<int>(plan.mode), static_cast<int>(plan.window));
-  if (!detailed) return text;
-  text += " (predicted per iteration:";
-  bool first = true;
-  for (int s = 0; s < 2; ++s) {
-    for (int w = 0; w < policy::Prefetcher::kWindows; ++w) {
-      for (int m = 0; m < 3; ++m) {
-        const std::int64_t ns = plan.predicted_ns[s][m][w];
-        if (ns == policy::Plan::kNotReplayed) continue;
-        const std::string time = ns == policy::Plan::kGaveUp
-                                     ? std::string("too slow")
-                                     : fmt::format("{:.2f} ms", static_cast<double>(ns) / 1e6);
-        text += fmt::format("{} {} {}", first ? "" : ",", name(s, m, w), time);
-        first = false;
-      }
-    }
-  }
-  return text + ")";
+  if (!detailed) return plan.name();
+  return plan.name() + " (predicted per iteration: " + plan.predictions() + ")";
 }
 
 struct Replayed {

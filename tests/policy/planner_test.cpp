@@ -42,11 +42,12 @@ PolicyConfig configFor(const Workload& w, std::uint64_t budget, double gbps) {
 }
 
 SimResult replay(const Workload& w, std::string_view name, std::uint64_t budget, double gbps,
-                 std::uint64_t planning_budget) {
-  SimOptions o;
+                 std::uint64_t planning_budget, SimOptions o = {}) {
   o.budget_bytes = budget;
   o.h2d_gbps = o.d2h_gbps = gbps;
-  PolicyResult p = makePolicy(name, configFor(w, planning_budget, gbps));
+  PolicyConfig config = configFor(w, planning_budget, gbps);
+  config.plan_elsewhere = o.plan_elsewhere;
+  PolicyResult p = makePolicy(name, config);
   EXPECT_EQ(p.error, "");
   Simulator sim(w, o);
   return sim.run(*p.policy);
@@ -370,6 +371,140 @@ TEST(DeltaPlanning, ANewModeStartsWhereItsReplayedIterationStarted) {
       EXPECT_NE(learned.durationNs(), plan.learned_offsets_ns.back());
     }
   }
+}
+
+TEST(DeltaPlanning, PlannedElsewhereTheSamePlanIsAdoptedAtTheNextBoundary) {
+  // The shim plans on its own thread: the learned iteration becomes a request, and the plan
+  // handed back takes effect at the boundary after it, never in between. It is the plan the
+  // policy would have made on the spot.
+  const Workload w = trainingWorkload(8, 64 * kMiB, 1'000'000);
+  for (double gbps : {1.0, 12.0, 50.0}) {
+    SimOptions o;
+    o.budget_bytes = w.peakBytes() / 2;
+    o.h2d_gbps = o.d2h_gbps = gbps;
+    o.iterations = 1;
+    o.warmup = 0;
+    DeltaPolicy on_the_spot(configFor(w, o.budget_bytes, gbps), DirectorMode::kMixed);
+    const SimResult first = Simulator(w, o).run(on_the_spot);
+    on_the_spot.onIteration(first.total_ns);
+    ASSERT_TRUE(on_the_spot.plan().planned) << gbps;
+
+    PolicyConfig config = configFor(w, o.budget_bytes, gbps);
+    config.plan_elsewhere = true;
+    DeltaPolicy elsewhere(config, DirectorMode::kMixed);
+    EXPECT_FALSE(elsewhere.wantsPlan());
+    EXPECT_EQ(Simulator(w, o).run(elsewhere).total_ns, first.total_ns);
+    elsewhere.onIteration(first.total_ns);
+    EXPECT_FALSE(elsewhere.plan().planned);  // asked for, not made
+    ASSERT_TRUE(elsewhere.wantsPlan());
+    const PlanRequest* request = elsewhere.takePlanRequest();
+    ASSERT_NE(request, nullptr);
+    EXPECT_FALSE(elsewhere.wantsPlan());
+    EXPECT_EQ(elsewhere.takePlanRequest(), nullptr);  // one taker
+    EXPECT_EQ(request->budget_bytes, o.budget_bytes);
+    EXPECT_EQ(request->generation, elsewhere.pattern().generation());
+    EXPECT_EQ(request->schedule.length(), w.ops.size());
+    Plan plan = request->run();
+    EXPECT_EQ(plan.name(), on_the_spot.plan().name()) << gbps;
+    EXPECT_EQ(plan.chosenNs(), on_the_spot.plan().chosenNs()) << gbps;
+    elsewhere.deliverPlan(std::move(plan));
+    // Launches of the iteration under way do not adopt it.
+    Launch launch{first.total_ns + 1, 0, {}};
+    elsewhere.onLaunch(launch);
+    EXPECT_FALSE(elsewhere.plan().planned);
+    EXPECT_EQ(elsewhere.plansAdopted(), 0u);
+    elsewhere.onIteration(2 * first.total_ns);
+    EXPECT_TRUE(elsewhere.plan().planned);
+    EXPECT_EQ(elsewhere.plansAdopted(), 1u);
+    EXPECT_EQ(elsewhere.plan().name(), on_the_spot.plan().name());
+    EXPECT_EQ(elsewhere.activeMode(), on_the_spot.activeMode());
+    EXPECT_EQ(elsewhere.activeWindow(), on_the_spot.activeWindow());
+  }
+}
+
+TEST(DeltaPlanning, PlannedElsewhereCostsOneIterationNotTheSteadyState) {
+  // The replay of planning elsewhere (SimOptions::plan_elsewhere: the plan ready within the
+  // iteration, adopted at the next boundary) reaches the state planning on the spot reaches,
+  // an iteration later. Measured over eight iterations after four: single iterations of delta
+  // swing by up to 2x from one to the next on some rows (the state it carries over).
+  struct Case {
+    int layers;
+    std::uint64_t act_bytes;
+    std::int64_t fwd_ns;
+  };
+  int changed_mode = 0;
+  for (const Case& c : {Case{8, 64 * kMiB, 1'000'000}, Case{12, 16 * kMiB, 200'000}, Case{6, 256 * kMiB, 5'000'000}}) {
+    const Workload w = trainingWorkload(c.layers, c.act_bytes, c.fwd_ns);
+    for (double gbps : {1.0, 12.0, 50.0}) {
+      for (double share : {0.35, 0.6}) {
+        SimOptions o;
+        o.iterations = 12;
+        o.warmup = 4;
+        const auto budget = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+        const SimResult spot = replay(w, "delta", budget, gbps, budget, o);
+        o.plan_elsewhere = true;
+        const SimResult elsewhere = replay(w, "delta", budget, gbps, budget, o);
+        const std::string row = std::to_string(c.layers) + " layers, " + std::to_string(gbps) + " GB/s, " +
+                                std::to_string(share);
+        EXPECT_EQ(elsewhere.over_budget_ops, 0u) << row;
+        EXPECT_EQ(elsewhere.used_while_evicted, 0u) << row;
+        EXPECT_NEAR(static_cast<double>(elsewhere.total_ns), static_cast<double>(spot.total_ns),
+                    0.02 * static_cast<double>(spot.total_ns))
+            << row;
+        PolicyConfig config = configFor(w, budget, gbps);
+        DeltaPolicy probe(config, DirectorMode::kMixed);
+        o.plan_elsewhere = false;
+        o.budget_bytes = budget;
+        o.h2d_gbps = o.d2h_gbps = gbps;
+        o.iterations = 2;
+        Simulator(w, o).run(probe);
+        if (probe.activeMode() != DirectorMode::kMixed) ++changed_mode;
+      }
+    }
+  }
+  EXPECT_GE(changed_mode, 4);  // the rows include switches of mode, not only of window
+}
+
+TEST(DeltaPlanning, APlanForAnOlderIterationSetsTheModeAndTheNewerIsAskedFor) {
+  // While the caller plans, the loop changes: the plan still comes in at the next boundary
+  // (better than none), without the replay's times (they describe the other iteration), and
+  // the newer iteration is requested then.
+  const Workload a = trainingWorkload(8, 64 * kMiB, 1'000'000);
+  const Workload b = trainingWorkload(10, 64 * kMiB, 1'000'000);
+  SimOptions o;
+  o.budget_bytes = a.peakBytes() / 2;
+  o.h2d_gbps = o.d2h_gbps = 12.0;
+  o.iterations = 1;
+  o.warmup = 0;
+  PolicyConfig config = configFor(b, o.budget_bytes, 12.0);  // b has more buffers
+  config.plan_elsewhere = true;
+  DeltaPolicy delta(config, DirectorMode::kMixed);
+  std::int64_t now = Simulator(a, o).run(delta).total_ns;
+  delta.onIteration(now);
+  const PlanRequest* request = delta.takePlanRequest();
+  ASSERT_NE(request, nullptr);
+  const std::uint32_t planned_generation = request->generation;
+  Plan plan = request->run();
+  ASSERT_TRUE(plan.planned);
+  // The next iteration is another: learned at its end, not requested while one is out.
+  now += Simulator(b, o).run(delta).total_ns;
+  delta.onIteration(now);
+  ASSERT_NE(delta.pattern().generation(), planned_generation);
+  EXPECT_FALSE(delta.wantsPlan());
+  EXPECT_FALSE(delta.plan().planned);
+  const std::int64_t learned_ns = delta.pattern().schedule().durationNs();
+  const std::string name = plan.name();
+  delta.deliverPlan(std::move(plan));
+  delta.onIteration(now + 1);
+  EXPECT_TRUE(delta.plan().planned);
+  EXPECT_EQ(delta.plan().name(), name);
+  // b's iteration keeps its own times: the replay's were a's (of another length, too).
+  EXPECT_EQ(delta.pattern().schedule().durationNs(), learned_ns);
+  EXPECT_TRUE(delta.wantsPlan());  // the newer iteration
+  const PlanRequest* newer = delta.takePlanRequest();
+  ASSERT_NE(newer, nullptr);
+  EXPECT_EQ(newer->generation, delta.pattern().generation());
+  EXPECT_EQ(newer->schedule.length(), b.ops.size());
 }
 
 }  // namespace
