@@ -217,6 +217,14 @@ int exportCommand(const std::vector<std::string>& args) {
                   fmt::format(R"("working_set":{},"budget":{})", o.working_set, o.budget));
         break;
       }
+      case RecordType::kPlan: {
+        const trace::PlanRecord& p = r.plan;
+        w.instant(0, "plan: " + ((p.flags & 1) ? reader.label(p.name) : std::string("none needed")), "plan",
+                  p.time_ns, "g",
+                  fmt::format(R"("planning_ns":{},"predicted_ns":{},"launches":{})", p.planning_ns,
+                              p.predicted_ns, p.launches));
+        break;
+      }
       case RecordType::kIteration:
         w.instant(0, fmt::format("iteration {}", r.iteration.index), "iteration", r.iteration.time_ns,
                   "g", fmt::format(R"("index":{})", r.iteration.index));

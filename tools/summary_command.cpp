@@ -90,6 +90,16 @@ void printSummary(std::FILE* out, const TraceStats& s, std::size_t top) {
                formatBytes(s.worst_budget));
   }
   fmt::print(out, "\n");
+  if (s.plans != 0) {
+    const trace::PlanRecord& p = s.last_plan;
+    fmt::print(out, "  plans {} ({} on the planner thread); last: ", s.plans, formatNs(s.planning_ns));
+    if (p.flags & 1) {
+      fmt::print(out, "{} for {} launches, predicted {} per iteration\n", s.kernelName(p.name), p.launches,
+                 formatNs(static_cast<std::uint64_t>(std::max<std::int64_t>(p.predicted_ns, 0))));
+    } else {
+      fmt::print(out, "none needed for {} launches (the iteration fits)\n", p.launches);
+    }
+  }
   fmt::print(out, "analysis\n");
   fmt::print(out, "  launches not analysed {} of {}", s.not_analysed, s.launches);
   if (s.not_analysed != 0) {

@@ -68,6 +68,7 @@ std::uint64_t eventTime(const Record& r) {
     case RecordType::kBudgetChange: return r.budget.time_ns;
     case RecordType::kOverBudget: return r.over_budget.time_ns;
     case RecordType::kIteration: return r.iteration.time_ns;
+    case RecordType::kPlan: return r.plan.time_ns;
     case RecordType::kClose: return r.close.time_ns;
     default: return 0;
   }
@@ -191,6 +192,11 @@ std::string computeTraceStats(const std::string& path, TraceStats& s) {
       }
       case RecordType::kIteration:
         ++s.iterations;
+        break;
+      case RecordType::kPlan:
+        ++s.plans;
+        s.planning_ns += r.plan.planning_ns;
+        s.last_plan = r.plan;
         break;
       case RecordType::kClose:
         s.closed = true;

@@ -48,6 +48,9 @@ struct TraceStats {
   std::uint64_t over_budget = 0, worst_excess = 0, worst_working_set = 0, worst_budget = 0;
   std::uint32_t worst_kernel = 0;
   std::uint64_t budget_changes = 0, last_budget = 0;
+  // Plans the shim's planner thread handed to the policy, and the last one.
+  std::uint64_t plans = 0, planning_ns = 0;
+  trace::PlanRecord last_plan{};
   // Derived from the events in file order (exact for one recording thread).
   std::int64_t resident = 0, host = 0, peak_resident = 0, peak_host = 0;
   std::int64_t unmanaged = 0, peak_unmanaged = 0;

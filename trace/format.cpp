@@ -20,6 +20,7 @@ const char* recordTypeName(RecordType t) {
     case RecordType::kOverBudget: return "OverBudget";
     case RecordType::kIteration: return "Iteration";
     case RecordType::kClose: return "Close";
+    case RecordType::kPlan: return "Plan";
   }
   return "Unknown";
 }

@@ -72,8 +72,9 @@ enum class RecordType : std::uint8_t {
   kOverBudget = 12,
   kIteration = 13,
   kClose = 14,
+  kPlan = 15,
 };
-inline constexpr std::uint8_t kLastRecordType = 14;
+inline constexpr std::uint8_t kLastRecordType = 15;
 
 const char* recordTypeName(RecordType t);
 
@@ -207,6 +208,17 @@ struct IterationRecord {  // 16 bytes: the start of training iteration `index`
   std::uint64_t index = 0;
 };
 
+// The policy adopted a plan for the iteration it learned (policy/planner.h), made on the shim's
+// planner thread. 33 bytes.
+struct PlanRecord {
+  std::uint64_t time_ns = 0;       // when it was handed to the policy
+  std::uint64_t planning_ns = 0;   // the planner thread's time on it (wall clock)
+  std::int64_t predicted_ns = -1;  // the chosen candidate's iteration time in its replay; -1: none
+  std::uint32_t launches = 0;      // the iteration planned, in launches
+  std::uint32_t name = 0;          // string id: the plan as `delta-trace replay` names it
+  std::uint8_t flags = 0;          // 1: planned (else the iteration fits the budget or is unusable)
+};
+
 // The job's totals as the shim counted them, plus the writer's own counts. 88 bytes.
 struct CloseTotals {
   std::uint64_t peak_resident = 0;
@@ -235,6 +247,7 @@ inline constexpr std::uint32_t kBudgetChangeBytes = 16;
 inline constexpr std::uint32_t kOverBudgetBytes = 28;
 inline constexpr std::uint32_t kIterationBytes = 16;
 inline constexpr std::uint32_t kCloseBytes = 88;
+inline constexpr std::uint32_t kPlanBytes = 33;
 inline constexpr std::uint32_t kStackFixedBytes = 8;
 inline constexpr std::uint32_t kStackFrameBytes = 12;
 inline constexpr std::uint32_t kStringFixedBytes = 4;
@@ -376,6 +389,17 @@ inline char* encode(char* p, const IterationRecord& r) {
   p = detail::putHeader(p, RecordType::kIteration, kIterationBytes);
   p = put(p, r.time_ns);
   return put(p, r.index);
+}
+
+inline char* encode(char* p, const PlanRecord& r) {
+  using detail::put;
+  p = detail::putHeader(p, RecordType::kPlan, kPlanBytes);
+  p = put(p, r.time_ns);
+  p = put(p, r.planning_ns);
+  p = put(p, r.predicted_ns);
+  p = put(p, r.launches);
+  p = put(p, r.name);
+  return put(p, r.flags);
 }
 
 inline char* encode(char* p, const CloseRecord& r) {

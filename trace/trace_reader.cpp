@@ -35,6 +35,7 @@ std::uint32_t fixedPayload(RecordType t) {
     case RecordType::kOverBudget: return kOverBudgetBytes;
     case RecordType::kIteration: return kIterationBytes;
     case RecordType::kClose: return kCloseBytes;
+    case RecordType::kPlan: return kPlanBytes;
     case RecordType::kString: return kStringFixedBytes;
     case RecordType::kStack: return kStackFixedBytes;
     case RecordType::kLaunch: return kLaunchFixedBytes;
@@ -419,6 +420,16 @@ bool TraceReader::decode(Record& r, const char* p, std::uint32_t type_value, std
     case RecordType::kIteration: {
       r.iteration.time_ns = get<std::uint64_t>(p);
       r.iteration.index = get<std::uint64_t>(p + 8);
+      return true;
+    }
+    case RecordType::kPlan: {
+      PlanRecord& o = r.plan;
+      o.time_ns = get<std::uint64_t>(p);
+      o.planning_ns = get<std::uint64_t>(p + 8);
+      o.predicted_ns = get<std::int64_t>(p + 16);
+      o.launches = get<std::uint32_t>(p + 24);
+      o.name = get<std::uint32_t>(p + 28);
+      o.flags = get<std::uint8_t>(p + 32);
       return true;
     }
     case RecordType::kClose: {

@@ -53,6 +53,7 @@ struct Record {
     OverBudgetRecord over_budget;
     IterationRecord iteration;
     CloseRecord close;
+    PlanRecord plan;
   };
 };
 

@@ -428,6 +428,9 @@ void TraceWriter::overBudget(const OverBudgetRecord& r) {
 void TraceWriter::iteration(const IterationRecord& r) {
   append(recordSize(kIterationBytes), [&](char* p) { encode(p, r); });
 }
+void TraceWriter::plan(const PlanRecord& r) {
+  append(recordSize(kPlanBytes), [&](char* p) { encode(p, r); });
+}
 
 // ---- Background thread ----
 

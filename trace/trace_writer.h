@@ -122,6 +122,7 @@ class TraceWriter {
   void budgetChange(const BudgetChangeRecord& r);
   void overBudget(const OverBudgetRecord& r);
   void iteration(const IterationRecord& r);
+  void plan(const PlanRecord& r);
 
   // Flushes, writes the Close record (time_ns 0: now) with the caller's totals and the writer's
   // counts, closes the file. Idempotent. Returns the counts.

@@ -38,6 +38,7 @@ std::string writeSampleTrace(const std::string& path) {
   const std::uint32_t gemm = w.internString("gemm_kernel");
   const std::uint32_t relu = w.internString("relu_kernel");
   const std::uint32_t loss = w.internString("loss_kernel");
+  const std::uint32_t plan = w.internString("recompute-only/on-demand");
   const std::uint64_t frames[] = {0x401000, 0x402000, 0x403000};
   const std::uint32_t stack = w.internStack(frames);
   const std::uint64_t s1 = 0x10, s2 = 0x20;
@@ -73,6 +74,8 @@ std::string writeSampleTrace(const std::string& path) {
   w.free({at(351), 4, 16 * kMiB, Residency::kResident});
   w.free({at(352), 3, 16 * kMiB, Residency::kResident});
   w.iteration({at(400), 1});
+  // The planner thread's plan for the iteration learned, handed over after the boundary.
+  w.plan({at(405), 2'500'000, 380'000, 5, plan, 1});
   w.free({at(410), 9, 1 * kMiB, Residency::kUnmanaged});
 
   CloseTotals t;

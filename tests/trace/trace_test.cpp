@@ -62,6 +62,7 @@ std::string reencode(const Record& r) {
     case RecordType::kOverBudget: end = encode(p, r.over_budget); break;
     case RecordType::kIteration: end = encode(p, r.iteration); break;
     case RecordType::kClose: end = encode(p, r.close); break;
+    case RecordType::kPlan: end = encode(p, r.plan); break;
   }
   EXPECT_EQ(static_cast<std::size_t>(end - p), r.size);
   return out;
@@ -135,17 +136,24 @@ TEST_F(SampleTrace, RoundTripIsByteExact) {
       ASSERT_EQ(r.stack(rec.alloc.stack).size(), 3u);
       EXPECT_EQ(r.stack(rec.alloc.stack)[1].address, 0x402000u);
     }
+    if (rec.type == RecordType::kPlan) {
+      EXPECT_EQ(r.name(rec.plan.name), "recompute-only/on-demand");
+      EXPECT_EQ(rec.plan.planning_ns, 2'500'000u);
+      EXPECT_EQ(rec.plan.predicted_ns, 380'000);
+      EXPECT_EQ(rec.plan.launches, 5u);
+      EXPECT_EQ(rec.plan.flags, 1u);
+    }
     if (rec.type == RecordType::kClose) {
       EXPECT_EQ(rec.close.totals.peak_resident, 112u << 20);
       EXPECT_EQ(rec.close.records_dropped, 0u);
-      // Every record before the Close one: 3 strings, 1 stack, 25 events.
-      EXPECT_EQ(rec.close.records_written, 29u);
+      // Every record before the Close one: 4 strings, 1 stack, 26 events.
+      EXPECT_EQ(rec.close.records_written, 31u);
     }
   }
   EXPECT_EQ(r.status(), ReadStatus::kEnd) << r.error();
   EXPECT_TRUE(r.sawClose());
   EXPECT_EQ(r.goodEnd(), bytes_.size());
-  EXPECT_EQ(counts[RecordType::kString], 3);
+  EXPECT_EQ(counts[RecordType::kString], 4);
   EXPECT_EQ(counts[RecordType::kStack], 1);
   EXPECT_EQ(counts[RecordType::kAlloc], 6);
   EXPECT_EQ(counts[RecordType::kFree], 4);
@@ -158,6 +166,7 @@ TEST_F(SampleTrace, RoundTripIsByteExact) {
   EXPECT_EQ(counts[RecordType::kBudgetChange], 1);
   EXPECT_EQ(counts[RecordType::kOverBudget], 1);
   EXPECT_EQ(counts[RecordType::kIteration], 2);
+  EXPECT_EQ(counts[RecordType::kPlan], 1);
   EXPECT_EQ(counts[RecordType::kClose], 1);
 }
 
