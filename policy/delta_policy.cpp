@@ -159,8 +159,10 @@ void DeltaPolicy::replan() {
   if (config_.plan_elsewhere) {
     // The launches waited for are recorded from the next launch on, over the iteration just
     // learned: the copy is taken now or, while the caller still plans the last one, never for
-    // this iteration (the next boundary requests the iteration learned by then).
-    if (request_out_) {
+    // this iteration (the next boundary requests the iteration learned by then). A plan
+    // delivered and adopted at this very boundary comes first: the iteration just learned ran
+    // the old way, and the adopted plan may have the next one learned again (applyPlan).
+    if (request_out_ || delivered_ready_) {
       request_deferred_ = true;
     } else {
       requestPlan();
@@ -213,7 +215,14 @@ void DeltaPolicy::atBoundary() {
     applyPlan(std::move(delivered_), replayed, current);
     reindexAll();  // predictions follow the adopted mode's times
   }
-  if (request_deferred_ && !request_out_) requestPlan();
+  if (request_deferred_ && !request_out_) {
+    // A plan adopted that learns the next iteration again stands on it, as on the spot.
+    if (relearning_) {
+      request_deferred_ = false;
+    } else {
+      requestPlan();
+    }
+  }
 }
 
 void DeltaPolicy::applyPlan(Plan&& plan, bool replayed, bool current) {
@@ -326,7 +335,23 @@ Policy::Rating DeltaPolicy::rate(BufferId id, const BufferState& state, const Ev
       swapClass(request.urgent, next.ns, costs_.transferNs(Direction::kHostToDevice, state.bytes));
   Director::Decision d = director_.decide(state, next, request, costs_, owed_ns_ + tentative_ns_, recentLoadNs(request.now_ns), periodNs(),
                                                    swapVisibleShare(cls), recomputeFactor());
-  if (!d.possible) return {};
+  if (!d.possible) {
+    // Recompute-only as a plan (not the variant asked for) keeps the budget where drops cannot:
+    // memory needed at once is taken from a buffer no hook can regenerate by a swap, after
+    // every drop (a score below all of theirs). The replay chose the plan for a run that fitted
+    // by drops alone; the real run may not (sizes rounded to the mapping granularity, buffers
+    // below the shim's threshold, hooks registered late).
+    if (!request.urgent || mode_ == DirectorMode::kRecomputeOnly || activeMode() != DirectorMode::kRecomputeOnly) {
+      return {};
+    }
+    const std::int64_t swap_ns = costs_.transferNs(Direction::kDeviceToHost, state.bytes) +
+                                 costs_.transferNs(Direction::kHostToDevice, state.bytes);
+    const std::int64_t distance = next.ns != kUnknownNs ? next.ns : request.now_ns - state.last_use_ns;
+    rated_cost_ns_ = swap_ns;
+    rated_urgent_ = true;
+    rated_class_ = cls;
+    return {-1.0 / (1.0 + Filter::score(state.bytes, distance, swap_ns)), Action::kSwap, true};
+  }
   if (pending_[id] == Pending::kBack && state.evicted_by == Action::kSwap) {
     // Restored (or being restored) for a use that has not come yet: evicting it throws that
     // transfer away and the restore must be paid again. Without this, prefetches and evictions

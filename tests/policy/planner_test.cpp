@@ -336,7 +336,7 @@ TEST(DeltaPlanning, ANewModeStartsWhereItsReplayedIterationStarted) {
     DirectorMode mode;
     Prefetcher::Window window;
   };
-  for (const Case& c : {Case{256 * kMiB, 100'000, 0.3, DirectorMode::kSwapOnly, Prefetcher::Window::kGross},
+  for (const Case& c : {Case{256 * kMiB, 100'000, 0.3, DirectorMode::kRecomputeOnly, Prefetcher::Window::kGross},
                         Case{64 * kMiB, 5'000'000, 0.5, DirectorMode::kMixed, Prefetcher::Window::kNet}}) {
     const Workload w = trainingWorkload(8, c.act_bytes, c.fwd_ns);
     SimOptions o;
@@ -467,8 +467,7 @@ TEST(DeltaPlanning, PlannedElsewhereCostsOneIterationNotTheSteadyState) {
 
 TEST(DeltaPlanning, APlanForAnOlderIterationSetsTheModeAndTheNewerIsAskedFor) {
   // While the caller plans, the loop changes: the plan still comes in at the next boundary
-  // (better than none), without the replay's times (they describe the other iteration), and
-  // the newer iteration is requested then.
+  // (better than none), without the replay's times (they describe the other iteration).
   const Workload a = trainingWorkload(8, 64 * kMiB, 1'000'000);
   const Workload b = trainingWorkload(10, 64 * kMiB, 1'000'000);
   SimOptions o;
@@ -500,11 +499,45 @@ TEST(DeltaPlanning, APlanForAnOlderIterationSetsTheModeAndTheNewerIsAskedFor) {
   EXPECT_EQ(delta.plan().name(), name);
   // b's iteration keeps its own times: the replay's were a's (of another length, too).
   EXPECT_EQ(delta.pattern().schedule().durationNs(), learned_ns);
-  EXPECT_TRUE(delta.wantsPlan());  // the newer iteration
-  const PlanRequest* newer = delta.takePlanRequest();
-  ASSERT_NE(newer, nullptr);
-  EXPECT_EQ(newer->generation, delta.pattern().generation());
-  EXPECT_EQ(newer->schedule.length(), b.ops.size());
+  // The newer iteration ran the old way. A plan that changes the mode or the window has the
+  // next iteration learned again and stands on it (as planned on the spot); one that changes
+  // neither leaves the newer iteration to be planned now.
+  const bool relearns = delta.activeMode() != DirectorMode::kMixed || delta.activeWindow() != Prefetcher::Window::kGross;
+  EXPECT_EQ(delta.wantsPlan(), !relearns);
+  if (relearns) {
+    delta.onIteration(now + 2);  // learned again: the plan stands
+    EXPECT_FALSE(delta.wantsPlan());
+    EXPECT_EQ(delta.plan().name(), name);
+  } else {
+    const PlanRequest* newer = delta.takePlanRequest();
+    ASSERT_NE(newer, nullptr);
+    EXPECT_EQ(newer->generation, delta.pattern().generation());
+    EXPECT_EQ(newer->schedule.length(), b.ops.size());
+  }
+}
+
+TEST(DeltaPlanning, RecomputeOnlyAsAPlanSwapsWhatDropsCannotFree) {
+  // Buffers no hook regenerates (weights, the input) cannot be dropped. The variant asked for
+  // runs over the budget then; delta, having planned recompute-only, swaps them when memory is
+  // needed at once, after every drop, and keeps the budget.
+  const Workload w = trainingWorkload(8, 256 * kMiB, 100'000);
+  for (double share : {0.3, 0.35}) {
+    const auto budget = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+    const SimResult forced = replay(w, "recompute-only", budget, 12.0, budget);
+    EXPECT_GT(forced.over_budget_ops, 0u) << share;
+    EXPECT_EQ(forced.swaps, 0u);
+    PolicyConfig config = configFor(w, budget, 12.0);
+    DeltaPolicy delta(config, DirectorMode::kMixed);
+    SimOptions o;
+    o.budget_bytes = budget;
+    o.h2d_gbps = o.d2h_gbps = 12.0;
+    const SimResult planned = Simulator(w, o).run(delta);
+    ASSERT_EQ(delta.activeMode(), DirectorMode::kRecomputeOnly) << share;  // the cases are chosen for this
+    EXPECT_EQ(planned.over_budget_ops, 0u) << share;
+    EXPECT_EQ(planned.used_while_evicted, 0u);
+    EXPECT_GT(planned.swaps, 0u);
+    EXPECT_GT(planned.drops, planned.swaps);
+  }
 }
 
 }  // namespace
