@@ -1288,7 +1288,15 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   launch.now_ns = now;
   launch.stream = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(stream));
   launch.buffers = std::span<const policy::BufferId>(workingSet_.data(), workingSet_.size());
-  policy_->onLaunch(launch);
+  // A recompute callback's own launches are how an eviction is paid back, not the program's
+  // iteration (the replay models them inside the restore, policy/simulator.cpp): learned as
+  // launches, they would make every iteration a new one, with more launches each time.
+  if (tRecomputeDepth == 0) [[likely]] {
+    // A plan made meanwhile goes in first: this launch may be the boundary that adopts it.
+    if (planner_.ready()) [[unlikely]] deliverPlan(now);
+    policy_->onLaunch(launch);
+    if (policy_->wantsPlan()) [[unlikely]] submitPlan();
+  }
   traceWork(stream, work, kernel, work.kind != WorkInfo::Kind::kOpaque, now);
   if (config_.prefetch) prefetch(now);
   makeRoomAhead(now);
@@ -1749,10 +1757,47 @@ void Residency::setDropNotifier(DropNotifier notifier, void* context) {
 void Residency::markIteration() {
   std::lock_guard lock(mutex_);
   const int64_t now = nowNs();
+  if (planner_.ready()) deliverPlan(now);
   policy_->onIteration(now);
+  if (policy_->wantsPlan()) submitPlan();
   if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
     trace->iteration(trace::IterationRecord{static_cast<uint64_t>(now), iterations_});
   ++iterations_;
+}
+
+void Residency::submitPlan() {
+  const policy::PlanRequest* request = policy_->takePlanRequest();
+  if (request == nullptr) return;
+  plannedLaunches_ = request->schedule.length();
+  if (!planner_.submit(request)) {
+    // No thread: the policy gets an empty plan (its configured mode), never a wait.
+    logLine("cannot start the planner thread; the policy keeps its configured mode");
+    policy_->deliverPlan(policy::Plan{});
+  }
+}
+
+void Residency::deliverPlan(int64_t now) {
+  int64_t planningNs = 0;
+  policy::Plan plan = planner_.take(&planningNs);
+  ++stats_.plans;
+  stats_.planningNs += static_cast<uint64_t>(planningNs);
+  const std::string name = plan.planned ? plan.name() : std::string("none");
+  snprintf(stats_.planName, sizeof stats_.planName, "%s", name.c_str());
+  stats_.planPredictedNs = plan.planned ? plan.chosenNs() : -1;
+  logVerbose(1, "plan for the iteration learned (%u launches): %s, predicted %.3f ms per iteration; "
+             "%.3f s on the planner thread",
+             plannedLaunches_, name.c_str(), plan.planned ? plan.chosenNs() / 1e6 : 0.0, planningNs / 1e9);
+  if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed)) {
+    trace::PlanRecord record;
+    record.time_ns = static_cast<uint64_t>(now);
+    record.planning_ns = static_cast<uint64_t>(planningNs);
+    record.predicted_ns = stats_.planPredictedNs;
+    record.launches = plannedLaunches_;
+    record.name = trace->internString(name);
+    record.flags = plan.planned ? 1 : 0;
+    trace->plan(record);
+  }
+  policy_->deliverPlan(std::move(plan));
 }
 
 Stats Residency::stats() {

@@ -49,6 +49,7 @@
 
 #include "policy/policy.h"
 #include "shim/address_map.h"
+#include "shim/planner_thread.h"
 #include "shim/pointer_tables.h"
 #include "shim/real_api.h"
 #include "trace/trace_writer.h"
@@ -89,6 +90,13 @@ struct Stats {
   uint64_t deviceFull = 0;          // times the device refused memory the budget allowed
   uint64_t ceilingBytes = 0;        // the effective ceiling: the budget, or less (device full)
   uint64_t pointerTables = 0;       // allocations holding pointers to tracked buffers now
+  // Plans made on the planner thread and handed to the policy (planner_thread.h), their total
+  // wall-clock time there, and the last one: its name (Plan::name; "" before any, "none" when
+  // the iteration fitted) and its predicted iteration time.
+  uint64_t plans = 0;
+  uint64_t planningNs = 0;
+  int64_t planPredictedNs = -1;
+  char planName[48] = "";
 };
 
 // How a managed buffer's contents can be regenerated (the public API's registrations).
@@ -336,6 +344,10 @@ class Residency {
   CUresult restore(uint32_t id, CUstream stream, uint32_t cause, std::span<const uint32_t> keep,
                    bool prefetched = false, bool perThreadStream = false);
   void prefetch(int64_t now);
+  // Hands a plan made on the planner thread to the policy (it adopts it at the next boundary).
+  [[gnu::noinline]] void deliverPlan(int64_t now);
+  // The policy asks for a plan: hands its request to the planner thread.
+  [[gnu::noinline]] void submitPlan();
   void traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel, bool analysed, int64_t now);
   CUresult acquirePhysical(uint64_t bytes, CUmemGenericAllocationHandle* handle);
   void releasePhysical(uint64_t bytes, CUmemGenericAllocationHandle handle);
@@ -421,6 +433,8 @@ class Residency {
   int64_t h2dBusyUntilNs_ = 0;
   CUstream prefetchStream_ = nullptr;
   Stats stats_;
+  PlannerThread planner_;
+  uint32_t plannedLaunches_ = 0;  // the iteration submitted, in launches
   uint64_t nextSerial_ = 1;
   std::atomic<trace::TraceWriter*> trace_{nullptr};
   std::vector<uint64_t> traceBuffers_;  // scratch: serials of a launch's buffers

@@ -89,6 +89,10 @@ Residency* Shim::activate() {
 
   policy::PolicyConfig policyConfig;
   policyConfig.max_buffers = 1u << 18;
+  // Delta plans each learned iteration within the budget, on the planner thread
+  // (planner_thread.h), never on the launch path.
+  policyConfig.budget_bytes = budget;
+  policyConfig.plan_elsewhere = true;
   policy::PolicyResult made = policy::makePolicy(options_.policy, policyConfig);
   if (!made.policy) {
     logLine("DELTA_POLICY: %s", made.error.c_str());
@@ -209,6 +213,11 @@ void Shim::printSummary() {
     logLine("summary: the device ran out of memory before the budget %llu times; effective ceiling "
             "%llu MiB (DELTA_BUDGET %llu MiB)",
             (unsigned long long)s.deviceFull, mib(s.ceilingBytes), mib(residency->budget()));
+  if (s.plans > 0)
+    logLine("summary: %llu plan(s) made on the planner thread in %.3f s; the last: %s%s", (unsigned long long)s.plans,
+            s.planningNs / 1e9, s.planName,
+            s.planPredictedNs >= 0 ? (", predicted " + std::to_string(s.planPredictedNs / 1000) + " us per iteration").c_str()
+                                   : " (the iteration fits the budget)");
   logLine("summary: %.3f s waiting for evictions, %llu launches over budget, %llu launches not "
           "analysed, %llu pageable host fallbacks",
           s.stallNs / 1e9, (unsigned long long)s.overBudgetLaunches,
@@ -218,7 +227,8 @@ void Shim::printSummary() {
           "prefetches=%llu bytes_to_host=%llu bytes_to_device=%llu over_budget_launches=%llu "
           "over_budget_allocations=%llu unanalysed_launches=%llu stall_ns=%llu drops=%llu "
           "recomputes=%llu recompute_failures=%llu recompute_ns=%llu device_full=%llu "
-          "ceiling_bytes=%llu pointer_tables=%llu evictions_ahead=%llu cancelled_evictions=%llu",
+          "ceiling_bytes=%llu pointer_tables=%llu evictions_ahead=%llu cancelled_evictions=%llu "
+          "plans=%llu planning_ns=%llu plan_predicted_ns=%lld",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
           (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
@@ -229,7 +239,8 @@ void Shim::printSummary() {
           (unsigned long long)s.recomputeFailures, (unsigned long long)s.recomputeNs,
           (unsigned long long)s.deviceFull, (unsigned long long)s.ceilingBytes,
           (unsigned long long)s.pointerTables, (unsigned long long)s.evictionsAhead,
-          (unsigned long long)s.cancelledEvictions);
+          (unsigned long long)s.cancelledEvictions, (unsigned long long)s.plans,
+          (unsigned long long)s.planningNs, (long long)s.planPredictedNs);
 }
 
 }  // namespace delta::shim

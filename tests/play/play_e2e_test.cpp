@@ -132,6 +132,49 @@ TEST(DeltaPlay, EveryTokenKeptUnderTheShimWithEveryPolicy) {
   }
 }
 
+// Under memory pressure delta plans the iteration it learned on the shim's planner thread: the
+// plan reaches the stats, the summary and the trace, and the job keeps every token. (Launches
+// over budget are not checked here: on these small shapes at 30 %, recomputes that need
+// dropped inputs nest until what they hold exceeds the budget, with any policy that drops;
+// docs/reliability.md.)
+TEST(DeltaPlay, DeltaPlansOffTheLaunchPathAndSaysWhat) {
+  char dir[] = "/tmp/delta-play-plan-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  for (const Shape& shape : kShapes) {
+    SCOPED_TRACE(shape.name);
+    const std::string trace = writeTemporary(delta::testing::syntheticDtrLog(shape.net));
+    const std::vector<std::string> argv = {gPlay, "--iterations", "5", "--warmup", "2", "--recompute", trace};
+    Outcome plain = run(argv);
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    ASSERT_NE(plain.value("played_peak_bytes"), "") << plain.out << plain.err;
+    for (int percent : {30, 50}) {
+      SCOPED_TRACE(percent);
+      const std::string budget = std::to_string(std::stoull(plain.value("played_peak_bytes")) * percent / 100);
+      const std::string recorded = std::string(dir) + "/job.trace";
+      Outcome shimmed = run(argv, underShim({"DELTA_BUDGET=" + budget, "DELTA_POLICY=delta", "DELTA_TRACE=" + recorded,
+                                             "DELTA_TRACE_OVERWRITE=1", "CUDASIM_DEVICE_MEMORY=16G"}));
+      ASSERT_EQ(shimmed.status, 0) << shimmed.out << shimmed.err;
+      EXPECT_EQ(summary(shimmed)["tokens"], summary(plain)["tokens"]);
+      const unsigned long long plans = shimmed.stat("plans");
+      EXPECT_GE(plans, 1u) << shimmed.err;
+      EXPECT_NE(shimmed.err.find("plan(s) made on the planner thread"), std::string::npos) << shimmed.err;
+      EXPECT_NE(shimmed.err.find("plan for the iteration learned"), std::string::npos) << shimmed.err;
+      const std::regex planField(R"(planner thread in [0-9.]+ s; the last: ([^ ,]+))");
+      std::smatch planName;
+      ASSERT_TRUE(std::regex_search(shimmed.err, planName, planField)) << shimmed.err;
+      Outcome described = run({gDeltaTrace, "summary", recorded});
+      ASSERT_EQ(described.status, 0) << described.err;
+      EXPECT_NE(described.out.find("plans " + std::to_string(plans) + " ("), std::string::npos) << described.out;
+      if (planName[1] != "none") {
+        EXPECT_NE(described.out.find("last: " + planName[1].str() + " for "), std::string::npos)
+            << described.out << shimmed.err;
+      }
+    }
+    std::remove(trace.c_str());
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(DeltaPlay, TheFirstWrongTokenIsNamed) {
   const std::string trace = writeTemporary(delta::testing::syntheticDtrLog({}));
   Outcome broken = run({gPlay, "--break-token", "3", trace});
