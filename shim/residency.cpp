@@ -1770,8 +1770,9 @@ void Residency::submitPlan() {
   if (request == nullptr) return;
   plannedLaunches_ = request->schedule.length();
   if (!planner_.submit(request)) {
-    // No thread: the policy gets an empty plan (its configured mode), never a wait.
-    logLine("cannot start the planner thread; the policy keeps its configured mode");
+    // No thread (the host is out of memory or threads): the policy gets an empty plan (its
+    // configured mode), never a wait. Only speed is lost; the summary shows no plans.
+    logVerbose(2, "cannot start the planner thread; the policy keeps its configured mode");
     policy_->deliverPlan(policy::Plan{});
   }
 }
@@ -1784,7 +1785,7 @@ void Residency::deliverPlan(int64_t now) {
   const std::string name = plan.planned ? plan.name() : std::string("none");
   snprintf(stats_.planName, sizeof stats_.planName, "%s", name.c_str());
   stats_.planPredictedNs = plan.planned ? plan.chosenNs() : -1;
-  logVerbose(1, "plan for the iteration learned (%u launches): %s, predicted %.3f ms per iteration; "
+  logVerbose(2, "plan for the iteration learned (%u launches): %s, predicted %.3f ms per iteration; "
              "%.3f s on the planner thread",
              plannedLaunches_, name.c_str(), plan.planned ? plan.chosenNs() / 1e6 : 0.0, planningNs / 1e9);
   if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed)) {
