@@ -4,6 +4,7 @@
 
 #include <cupti.h>  // also the generated *_params structs
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -128,6 +129,7 @@ struct Context {
   decltype(&::cudaGetFuncBySymbol) getFuncBySymbol = nullptr;
   std::mutex symbolMutex;
   std::unordered_map<const void*, CUfunction> functionsBySymbol;
+  uint64_t generation = 0;  // set when made: tells its answers in the threads' caches apart
 };
 Context* gContext = nullptr;
 
@@ -137,7 +139,30 @@ thread_local bool tPreparedByInterposer = false;
 thread_local std::vector<uint32_t> tOpenCalls;
 thread_local std::vector<uint64_t> tCandidates;
 
+// The function a runtime launch's symbol (a host stub) stands for. Every runtime launch asks,
+// so each thread keeps the answers it got in a small direct-mapped cache: no lock unless the
+// symbol is new to the thread. A context's answers never change.
+struct CachedFunction {
+  uint64_t generation;  // the Context's; 0 (never a Context's) in a thread's fresh cache
+  const void* symbol;
+  CUfunction function;
+};
+constexpr size_t kFunctionSlots = 64;
+thread_local CachedFunction tFunctions[kFunctionSlots];
+std::atomic<uint64_t> gContextGenerations{0};
+
+CUfunction lookupFunctionLocked(const void* symbol);
+
 CUfunction functionForSymbol(const void* symbol) {
+  Context& c = *gContext;
+  CachedFunction& slot = tFunctions[(reinterpret_cast<uintptr_t>(symbol) >> 4) % kFunctionSlots];
+  if (slot.generation == c.generation && slot.symbol == symbol) [[likely]] return slot.function;
+  const CUfunction function = lookupFunctionLocked(symbol);
+  slot = CachedFunction{c.generation, symbol, function};
+  return function;
+}
+
+CUfunction lookupFunctionLocked(const void* symbol) {
   Context& c = *gContext;
   std::lock_guard lock(c.symbolMutex);
   auto [it, inserted] = c.functionsBySymbol.try_emplace(symbol, nullptr);
@@ -470,6 +495,7 @@ CuptiStatus subscribeCupti(const std::string& cuptiPath, const DriverApi& api,
   context.api = &api;
   context.residency = &residency;
   context.getFuncBySymbol = runtimeApi().cudaGetFuncBySymbol;
+  context.generation = gContextGenerations.fetch_add(1) + 1;
   buildRoutes();
   gContext = &context;
 

@@ -22,12 +22,21 @@ struct ParamLayout {
   std::vector<uint32_t> sizes;
 };
 
+// One layout per kernel, described once by the driver. Every launch asks, so each thread keeps
+// a small direct-mapped cache of the layouts it used in front of the shared map: a launch takes
+// no lock unless its kernel is new to the thread.
 class ParamLayoutCache {
  public:
-  // Stable pointer (entries are never removed).
+  ParamLayoutCache();
+  // Stable reference (entries are never removed).
   const ParamLayout& layout(const DriverApi& api, CUfunction function);
 
  private:
+  const ParamLayout& lookupLocked(const DriverApi& api, CUfunction function);
+
+  // Tells this cache's entries in the per-thread caches from an earlier cache's (tests make
+  // several); never 0, which is what a thread's cache starts with.
+  const uint64_t generation_;
   std::mutex mutex_;
   std::unordered_map<CUfunction, ParamLayout> layouts_;
 };

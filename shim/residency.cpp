@@ -25,6 +25,7 @@ namespace {
 struct HeldLaunch {
   std::vector<uint32_t> ids;
   bool perThreadStream = false;  // the work went to this thread's default stream
+  CUevent fence = nullptr;       // then: this thread's fence, recorded once the work is in
 };
 thread_local std::vector<HeldLaunch> tHeld;
 thread_local size_t tHeldDepth = 0;
@@ -60,7 +61,11 @@ uint64_t roundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * t
 
 Residency::Residency(const DriverApi& api, const ResidencyConfig& config,
                      std::unique_ptr<policy::Policy> policy, uint64_t granularity)
-    : api_(api), config_(config), granularity_(granularity), policy_(std::move(policy)) {
+    : api_(api),
+      config_(config),
+      granularity_(granularity),
+      policy_(std::move(policy)),
+      heldCounts_(new std::atomic<uint32_t>[kMaxBuffers]()) {
   buffers_.reserve(1024);
   workingSet_.reserve(64);
   writtenScratch_.reserve(64);
@@ -273,7 +278,17 @@ bool Residency::free(CUdeviceptr address) {
     CUevent event = use.event;
     if (event == nullptr) {
       event = takeEvent();
-      if (event == nullptr || api_.cuEventRecord(event, use.stream) != CUDA_SUCCESS) {
+      // Another thread's default stream cannot be named here: its fence can, and an event
+      // recorded behind a wait for it on the eviction stream completes after the use.
+      CUevent fence = use.thread != nullptr ? fenceOf(use.thread) : nullptr;
+      const bool recorded =
+          event != nullptr &&
+          (use.thread == nullptr
+               ? api_.cuEventRecord(event, use.stream) == CUDA_SUCCESS
+               : fence != nullptr && ensureEvictStream() &&
+                     api_.cuStreamWaitEvent(evictStream_, fence, 0) == CUDA_SUCCESS &&
+                     api_.cuEventRecord(event, evictStream_) == CUDA_SUCCESS);
+      if (!recorded) {
         giveEvent(event);
         synced = true;
         break;
@@ -378,9 +393,9 @@ bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint3
     reclaimQuarantine(true);
     trimPool(UINT64_MAX);
   }
-  // Never the work being prepared, nor work other threads prepared and have not enqueued yet.
+  // Never the work being prepared; work other threads prepared and have not enqueued yet is
+  // found held by evict(), which adds it here.
   keepIds_.assign(keep.begin(), keep.end());
-  keepIds_.insert(keepIds_.end(), heldIds_.begin(), heldIds_.end());
   policy::Victim victims[kVictimBatch];
   beenShort_ |= !fits();
   while (!fits()) {
@@ -394,7 +409,8 @@ bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint3
       fillLinkState(request);
       request.keep = keepIds_;
       const size_t count = policy_->chooseVictims(request, victims);
-      if (count > 0 && evict(victims, count, cause)) continue;
+      const size_t kept = keepIds_.size();
+      if (count > 0 && (evict(victims, count, cause) || keepIds_.size() > kept)) continue;
     }
     // Nothing more to start: wait for the oldest eviction in flight (a stall), or give up.
     if (inFlight_.empty()) break;
@@ -493,7 +509,6 @@ CUresult Residency::acquireOrEvict(uint64_t bytes, CUmemGenericAllocationHandle*
   // The device holds less than the budget: evict what the policy chooses, `bytes` at a time,
   // until the memory is there or nothing more can go.
   keepIds_.assign(keep.begin(), keep.end());
-  keepIds_.insert(keepIds_.end(), heldIds_.begin(), heldIds_.end());
   policy::Victim victims[kVictimBatch];
   while (result == CUDA_ERROR_OUT_OF_MEMORY) {
     policy::EvictRequest request;
@@ -503,7 +518,12 @@ CUresult Residency::acquireOrEvict(uint64_t bytes, CUmemGenericAllocationHandle*
     fillLinkState(request);
     request.keep = keepIds_;
     const size_t count = policy_->chooseVictims(request, victims);
-    if (count == 0 || !evict(victims, count, cause)) break;
+    if (count == 0) break;
+    const size_t kept = keepIds_.size();
+    if (!evict(victims, count, cause)) {
+      if (keepIds_.size() > kept) continue;  // only held ones: ask again without them
+      break;
+    }
     while (!inFlight_.empty()) reclaimEvictions(true);  // the device needs the memory now
     // A victim's memory of exactly this size is taken as it is: the device is not asked again
     // (it may refuse new memory for reasons of its own, and what it refuses once it may refuse
@@ -537,9 +557,13 @@ bool Residency::relieveDevice(uint64_t bytes) {
   return true;
 }
 
+bool Residency::ensureEvictStream() {
+  return evictStream_ != nullptr ||
+         api_.cuStreamCreate(&evictStream_, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
+}
+
 bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t cause) {
-  if (evictStream_ == nullptr &&
-      api_.cuStreamCreate(&evictStream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+  if (!ensureEvictStream()) {
     DELTA_WARN_ONCE("cannot create the eviction stream; running over budget");
     return false;
   }
@@ -555,12 +579,26 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
     const uint32_t id = victims[v].id;
     if (id >= buffers_.size()) continue;
     Buffer& buffer = buffers_[id];
-    if (!buffer.live || buffer.state != State::kResident || buffer.evicting || buffer.pinned ||
-        buffer.held > 0 || buffer.regenerating)
+    if (!buffer.live || buffer.state != State::kResident || buffer.evicting || buffer.pinned)
       continue;
+    if (isHeld(id) || buffer.regenerating) {
+      keepIds_.push_back(id);  // not now: the caller asks again without it
+      continue;
+    }
     syncAll |= buffer.manyStreams;
     for (int i = 0; i < buffer.useCount && !syncAll; ++i) {
       StreamUse& use = buffer.uses[i];
+      if (use.thread != nullptr) {
+        // A thread's default stream: only that thread can name it; its fence, recorded after
+        // each of its launches there, stands for the use.
+        CUevent fence = fenceOf(use.thread);
+        if (fence == nullptr) {
+          syncAll = true;
+          break;
+        }
+        api_.cuStreamWaitEvent(evictStream_, fence, 0);
+        continue;
+      }
       if (use.event != nullptr) {
         api_.cuStreamWaitEvent(evictStream_, use.event, 0);
         continue;
@@ -705,6 +743,10 @@ void Residency::finishEviction(Buffer& buffer, uint32_t, bool drop, const Evicti
   buffer.restoreEvent = nullptr;
 }
 
+bool Residency::isHeld(uint32_t id) const {
+  return heldCounts_[id].load(std::memory_order_acquire) > 0;
+}
+
 bool Residency::reclaimEvictions(bool wait) {
   bool any = false;
   bool waited = false;
@@ -791,10 +833,9 @@ void Residency::makeRoomAhead(int64_t now) {
   const uint64_t taken = resident_ + quarantinedBytes_;
   const uint64_t room = limit > taken ? limit - taken : 0;
   if (need <= room + evictingBytes_) return;
-  // Never what a launch holds; nothing predicted to be used within the horizon (the policy
-  // sees to that through not_before_ns).
-  keepIds_.assign(heldIds_.begin(), heldIds_.end());
-  keepIds_.insert(keepIds_.end(), workingSet_.begin(), workingSet_.end());
+  // Never this launch's buffers (evict() passes over what other launches hold); nothing
+  // predicted to be used within the horizon (the policy sees to that through not_before_ns).
+  keepIds_.assign(workingSet_.begin(), workingSet_.end());
   policy::EvictRequest request;
   request.bytes = need - room - evictingBytes_;
   request.now_ns = now;
@@ -1037,18 +1078,19 @@ void Residency::recordUse(Buffer& buffer, CUstream stream, bool perThreadStream)
   }
 }
 
-void Residency::markPerThreadUse(Buffer& buffer) {
-  // Called once the work is in this thread's default stream (API_EXIT): the event must come
-  // after it. Until then the buffer is held, so nothing needs the event yet.
-  if (buffer.manyStreams) return;
-  for (int i = 0; i < buffer.useCount; ++i) {
-    StreamUse& use = buffer.uses[i];
-    if (use.thread != thisThread()) continue;
-    if (use.event == nullptr) use.event = takeEvent();
-    if (use.event == nullptr || api_.cuEventRecord(use.event, use.stream) != CUDA_SUCCESS)
-      buffer.manyStreams = true;
-    return;
-  }
+CUevent Residency::threadFence() {
+  const void* thread = thisThread();
+  for (const ThreadFence& f : threadFences_)
+    if (f.thread == thread) return f.event;
+  CUevent event = takeEvent();
+  if (event != nullptr) threadFences_.push_back(ThreadFence{thread, event});
+  return event;
+}
+
+CUevent Residency::fenceOf(const void* thread) const {
+  for (const ThreadFence& f : threadFences_)
+    if (f.thread == thread) return f.event;
+  return nullptr;
 }
 
 void Residency::orderAfterRestore(Buffer& buffer, CUstream stream, bool perThreadStream) {
@@ -1304,12 +1346,17 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   // nor other threads may evict them meanwhile.
   HeldLaunch& launchHeld = tHeld[tHeldDepth - 1];
   launchHeld.perThreadStream = perThreadStream;
+  launchHeld.fence = nullptr;
+  if (perThreadStream && !workingSet_.empty()) {
+    launchHeld.fence = threadFence();
+    // Without a fence the uses cannot be told apart from other threads': evicting or freeing
+    // these buffers will synchronise the device instead.
+    if (launchHeld.fence == nullptr)
+      for (uint32_t id : workingSet_) buffers_[id].manyStreams = true;
+  }
   std::vector<uint32_t>& held = launchHeld.ids;
   held.assign(workingSet_.begin(), workingSet_.end());
-  for (uint32_t id : held) {
-    buffers_[id].held++;
-    heldIds_.push_back(id);
-  }
+  for (uint32_t id : held) heldCounts_[id].fetch_add(1, std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }
 
@@ -1515,21 +1562,24 @@ void Residency::prefetch(int64_t now) {
 }
 
 void Residency::releaseHeld() {
+  // No lock: the holds are counters apart from the buffers' records, and the fence is this
+  // thread's own event.
   if (tHeldDepth == 0) return;
   HeldLaunch& launchHeld = tHeld[--tHeldDepth];
   std::vector<uint32_t>& held = launchHeld.ids;
   if (held.empty()) return;
-  ReentryGuard guard;
-  std::lock_guard lock(mutex_);
-  for (uint32_t id : held) {
-    if (launchHeld.perThreadStream) markPerThreadUse(buffers_[id]);
-    if (buffers_[id].held > 0) buffers_[id].held--;
-    auto it = std::find(heldIds_.begin(), heldIds_.end(), id);
-    if (it != heldIds_.end()) {
-      *it = heldIds_.back();
-      heldIds_.pop_back();
+  if (launchHeld.fence != nullptr) {
+    // After the work: whoever evicts or frees these buffers waits for this record (or a later
+    // one of the same stream) before the hold below is seen to end.
+    ReentryGuard guard;
+    if (api_.cuEventRecord(launchHeld.fence, CU_STREAM_PER_THREAD) != CUDA_SUCCESS) {
+      std::lock_guard lock(mutex_);
+      for (uint32_t id : held) buffers_[id].manyStreams = true;
     }
   }
+  // Release: a thread that sees the count fall to 0 (acquire, under the lock) sees the work
+  // enqueued and the fence recorded.
+  for (uint32_t id : held) heldCounts_[id].fetch_sub(1, std::memory_order_release);
   held.clear();
 }
 

@@ -9,9 +9,15 @@
 // physical memory at the same address and copies the contents back on the stream of the
 // work that needs them, so that work is ordered after the copy.
 //
-// Costs, when nothing must move: a launch takes the lock once, looks each candidate pointer
-// up in the address map (O(log n)), and tells the policy (O(buffers of the launch)); no CUDA
-// call, no allocation once the per-launch scratch vectors have grown.
+// Costs, when nothing must move: a launch takes the lock once (prepare; releaseHeld takes none:
+// holds are atomic counters apart from the buffers' records), looks each candidate pointer up
+// in the address map (O(log n)), and tells the policy (O(buffers of the launch)); no CUDA call,
+// no allocation once the per-launch scratch vectors have grown. The one exception is a launch
+// on the calling thread's default stream (cudaStreamPerThread, _ptsz/_ptds calls): one
+// cuEventRecord per launch (the thread's fence, below), because no other thread can name that
+// stream. Measured with callgrind (bench/shim_bench, hook/fake/hit8_fixed/1000, instructions
+// per launch): releaseHeld 81, the parameter-layout lookup about 30 (thread-local cache), no
+// lock but this one (docs/shim.md, Costs).
 //
 // Pointer tables (pointer_tables.h): what the program writes into device memory that points at
 // tracked buffers is remembered per allocation, and a launch that touches such a table gets the
@@ -25,7 +31,10 @@
 // Locking: one mutex. It is held across the driver calls that evict and restore, because
 // those must be atomic with respect to other launches' view of the buffers. Those calls
 // run under ReentryGuard, so the CUPTI callbacks they raise return at once and cannot take
-// the lock again.
+// the lock again. A launch's buffers are held (never evicted) from prepare() to releaseHeld();
+// releaseHeld counts the holds down without the lock, and an eviction that meets a held
+// victim passes it over and asks the policy again without it. The planner runs on its own
+// thread (planner_thread.h) and takes no lock of ours; the launch path checks one flag.
 //
 // Recompute: a buffer registered through the public API may be dropped (unmapped, no copy)
 // instead of swapped. A callback buffer is regenerated when work touches it: prepare() maps
@@ -234,7 +243,6 @@ class Residency {
     bool hostPinned = false;
     bool hostValid = false;    // host copy equals the device contents
     bool pinned = false;
-    uint32_t held = 0;         // prepared launches not yet enqueued that touch it
     int exportFd = -1;         // shared with other processes through this file descriptor
     StreamUse uses[kMaxStreamUses];
     int useCount = 0;
@@ -355,7 +363,14 @@ class Residency {
   CUresult mapAt(CUdeviceptr address, uint64_t bytes, CUmemGenericAllocationHandle handle);
   bool reclaimQuarantine(bool wait);
   void recordUse(Buffer& buffer, CUstream stream, bool perThreadStream);
-  void markPerThreadUse(Buffer& buffer);
+  // This thread's fence: one event, recorded on its default stream after each of its launches
+  // there (releaseHeld), that stands for all its uses of that stream (nullptr: none could be
+  // made). Other threads cannot name that stream; they wait for the fence instead.
+  CUevent threadFence();
+  CUevent fenceOf(const void* thread) const;
+  // Held by a launch prepared and not yet enqueued (any thread): not evictable now.
+  bool isHeld(uint32_t id) const;
+  bool ensureEvictStream();
   void orderAfterRestore(Buffer& buffer, CUstream stream, bool perThreadStream);
   void* takeHost(uint64_t bytes, bool* pinned);
   void giveHost(void* host, uint64_t bytes, bool pinned);
@@ -443,7 +458,14 @@ class Residency {
   std::vector<uint32_t> workingSet_;
   std::vector<uint32_t> writtenScratch_;
   std::vector<policy::BufferId> keepIds_;
-  std::vector<uint32_t> heldIds_;  // buffers of prepared launches not yet enqueued (repeats kept)
+  // Per buffer id: launches prepared and not yet enqueued that touch it. Apart from buffers_
+  // (which moves as it grows) so that releaseHeld() can count down without the lock.
+  std::unique_ptr<std::atomic<uint32_t>[]> heldCounts_;
+  struct ThreadFence {
+    const void* thread;
+    CUevent event;
+  };
+  std::vector<ThreadFence> threadFences_;  // one per thread that used its default stream
 
   std::atomic<bool> anyRecomputable_{false};
   const void* recomputeOwner_ = nullptr;     // the thread running recompute callbacks
