@@ -57,6 +57,7 @@
 #include "shim/param_scanner.h"
 #include "shim/real_api.h"
 #include "shim/residency.h"
+#include "tests/common/fake_driver.h"
 
 namespace {
 
@@ -70,54 +71,9 @@ constexpr size_t kRandomLaunches = 4096;
 const int64_t kCounts[] = {1, 1000, 100000};
 const WorkInfo kWork{WorkInfo::Kind::kKernel, "bench_kernel", {1, 1, 1}, {1, 1, 1}};
 
-// ---- the fake driver ------------------------------------------------------------------------
+// ---- the fake driver (tests/common/fake_driver.h: counters only, nothing recorded) ----------
 
-constexpr uint64_t kFakeBase = 0x7e0000000000;
-uint64_t gFakeNext = kFakeBase;
-uint64_t gFakeHandle = 0;
-
-CUresult fakeReserve(CUdeviceptr* out, size_t bytes, size_t, CUdeviceptr, unsigned long long) {
-  *out = gFakeNext;
-  gFakeNext += 2 * ((bytes + kGranularity - 1) / kGranularity * kGranularity);  // and a gap
-  return CUDA_SUCCESS;
-}
-CUresult fakeCreate(CUmemGenericAllocationHandle* handle, size_t, const CUmemAllocationProp*,
-                    unsigned long long) {
-  *handle = ++gFakeHandle;
-  return CUDA_SUCCESS;
-}
-CUresult fakeMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) {
-  return CUDA_SUCCESS;
-}
-CUresult fakeSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) { return CUDA_SUCCESS; }
-CUresult fakeUnmap(CUdeviceptr, size_t) { return CUDA_SUCCESS; }
-CUresult fakeRelease(CUmemGenericAllocationHandle) { return CUDA_SUCCESS; }
-CUresult fakeEventCreate(CUevent* event, unsigned) {
-  static uint64_t next = 0;
-  *event = reinterpret_cast<CUevent>(++next);
-  return CUDA_SUCCESS;
-}
-CUresult fakeEventRecord(CUevent, CUstream) { return CUDA_SUCCESS; }
-CUresult fakeEventQuery(CUevent) { return CUDA_SUCCESS; }
-CUresult fakeStreamWaitEvent(CUstream, CUevent, unsigned) { return CUDA_SUCCESS; }
-
-const DriverApi& fakeDriver() {
-  static DriverApi api = [] {
-    DriverApi a;
-    a.cuMemAddressReserve = fakeReserve;
-    a.cuMemCreate = fakeCreate;
-    a.cuMemMap = fakeMap;
-    a.cuMemSetAccess = fakeSetAccess;
-    a.cuMemUnmap = fakeUnmap;
-    a.cuMemRelease = fakeRelease;
-    a.cuEventCreate = fakeEventCreate;
-    a.cuEventRecord = fakeEventRecord;
-    a.cuEventQuery = fakeEventQuery;
-    a.cuStreamWaitEvent = fakeStreamWaitEvent;
-    return a;
-  }();
-  return api;
-}
+using testing::fakeDriver;
 
 // 8-pointer kernels for the hook benchmark: cuFuncGetParamInfo of a kernel (void*) x 8.
 CUresult fakeParamInfo(CUfunction, size_t index, size_t* offset, size_t* size) {

@@ -8,7 +8,9 @@
 #include <map>
 #include <mutex>
 
+#include "shim/log.h"
 #include "shim/reentry_guard.h"
+#include "shim/residency.h"
 
 namespace delta::shim {
 namespace {
@@ -96,6 +98,78 @@ CUresult closeIpcHandle(const DriverApi& api, CUdeviceptr address) {
   api.cuCtxSynchronize();
   api.cuMemUnmap(address, bytes);
   return api.cuMemAddressFree(address, bytes);
+}
+
+// ---- re-backing a managed buffer with exportable memory (Residency, residency.h) -----------
+
+CUresult Residency::exportBuffer(CUdeviceptr address, CUdeviceptr* base, uint64_t* bytes, int* fd) {
+  NoticesAfterUnlock notices{this};
+  ReentryGuard guard;
+  std::lock_guard lock(mutex_);
+  uint32_t id = addresses_.find(address);
+  if (id == AddressMap::kNone) return CUDA_ERROR_NOT_FOUND;
+  Buffer& buffer = buffers_[id];
+  *base = buffer.address;
+  *bytes = buffer.mappedBytes;
+  if (buffer.exportFd >= 0) {
+    *fd = buffer.exportFd;
+    return CUDA_SUCCESS;
+  }
+  if (buffer.state == State::kDropped || buffer.regenerating) {
+    logLine("cannot share the buffer at 0x%llx with another process while its contents are "
+            "dropped for recompute; use it (or unregister it) before exporting it",
+            (unsigned long long)buffer.address);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (buffer.evicting) cancelEviction(id, nowNs());
+  buffer.pinned = true;
+  policy_->onPinned(id, true);
+  const std::vector<uint32_t> keep{id};
+  const int64_t now = nowNs();
+  if (buffer.state != State::kResident) {
+    if (CUresult r = makeRoom(buffer.mappedBytes, keep, now, 0); r != CUDA_SUCCESS) return r;
+    if (CUresult r = restore(id, nullptr, 0, keep); r != CUDA_SUCCESS) return r;
+  }
+  // Re-back the buffer with physical memory that can be exported: copy it through a
+  // temporary mapping, then swap the mappings at the buffer's address. Export is rare.
+  if (CUresult r = makeRoom(buffer.mappedBytes, keep, now, 0); r != CUDA_SUCCESS) return r;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle exportable = 0;
+  CUresult result = api_.cuMemCreate(&exportable, buffer.mappedBytes, &prop, 0);
+  if (result != CUDA_SUCCESS) return result;
+  CUdeviceptr staging = 0;
+  result = api_.cuMemAddressReserve(&staging, buffer.mappedBytes, granularity_, 0, 0);
+  if (result == CUDA_SUCCESS) {
+    result = mapAt(staging, buffer.mappedBytes, exportable);
+    if (result == CUDA_SUCCESS) {
+      api_.cuCtxSynchronize();  // every queued use of the buffer, and its restore, is done
+      result = api_.cuMemcpyDtoDAsync_v2(staging, buffer.address, buffer.bytes, nullptr);
+      api_.cuCtxSynchronize();
+      api_.cuMemUnmap(staging, buffer.mappedBytes);
+    }
+    api_.cuMemAddressFree(staging, buffer.mappedBytes);
+  }
+  if (result == CUDA_SUCCESS) {
+    api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
+    api_.cuMemRelease(buffer.handle);
+    buffer.handle = exportable;
+    result = mapAt(buffer.address, buffer.mappedBytes, exportable);
+  } else {
+    api_.cuMemRelease(exportable);
+    return result;
+  }
+  if (result != CUDA_SUCCESS) return result;
+  int exported = -1;
+  result = api_.cuMemExportToShareableHandle(&exported, exportable,
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (result != CUDA_SUCCESS) return result;
+  buffer.exportFd = exported;
+  *fd = exported;
+  return CUDA_SUCCESS;
 }
 
 }  // namespace delta::shim

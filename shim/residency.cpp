@@ -9,6 +9,7 @@
 
 #include "shim/log.h"
 #include "shim/reentry_guard.h"
+#include "shim/residency_internal.h"
 
 namespace delta::shim {
 
@@ -32,32 +33,22 @@ thread_local size_t tHeldDepth = 0;
 
 constexpr uint32_t kMaxBuffers = 1u << 18;
 
-// Identifies the calling thread (for per-thread default streams): a thread-local's address.
 thread_local char tThreadToken;
-const void* thisThread() { return &tThreadToken; }
 constexpr size_t kVictimBatch = 64;
 constexpr int kMaxLinkDepth = 4;
 
-// Recompute callbacks whose work needs other dropped buffers nest; this deep is a cycle.
-constexpr int kMaxRecomputeDepth = 64;
-thread_local int tRecomputeDepth = 0;
-
-// Framework-managed buffers dropped by this thread's call, told to the framework once the
-// residency lock is released.
-struct DropNotice {
-  DropNotifier notifier;
-  void* context;
-  CUdeviceptr address;
-  size_t bytes;
-};
-thread_local std::vector<DropNotice> tDropNotices;
-std::mutex gDropNotifierMutex;
-DropNotifier gDropNotifier = nullptr;
-void* gDropNotifierContext = nullptr;
-
-uint64_t roundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
+thread_local int tRecomputeDepth = 0;  // detail::recomputeDepth()
 
 }  // namespace
+
+namespace detail {
+const void* thisThread() { return &tThreadToken; }
+int& recomputeDepth() { return tRecomputeDepth; }
+}  // namespace detail
+
+using detail::kMaxRecomputeDepth;
+using detail::roundUp;
+using detail::thisThread;
 
 Residency::Residency(const DriverApi& api, const ResidencyConfig& config,
                      std::unique_ptr<policy::Policy> policy, uint64_t granularity)
@@ -65,6 +56,9 @@ Residency::Residency(const DriverApi& api, const ResidencyConfig& config,
       config_(config),
       granularity_(granularity),
       policy_(std::move(policy)),
+      physical_(api),
+      host_(api, config.hostLimitBytes),
+      events_(api),
       heldCounts_(new std::atomic<uint32_t>[kMaxBuffers]()) {
   buffers_.reserve(1024);
   workingSet_.reserve(64);
@@ -72,46 +66,7 @@ Residency::Residency(const DriverApi& api, const ResidencyConfig& config,
   keepIds_.reserve(64);
 }
 
-// ---- physical memory, addresses, host copies, events ------------------------------------
-
-CUresult Residency::acquirePhysical(uint64_t bytes, CUmemGenericAllocationHandle* handle) {
-  auto it = pool_.find(bytes);
-  if (it != pool_.end()) {
-    *handle = it->second;
-    pool_.erase(it);
-    pooled_ -= bytes;
-    return CUDA_SUCCESS;
-  }
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
-  CUresult result = api_.cuMemCreate(handle, bytes, &prop, 0);
-  if (result == CUDA_ERROR_OUT_OF_MEMORY && pooled_ > 0) {
-    // Other sizes sit in the pool: give them back to the device and try once more.
-    trimPool(UINT64_MAX);
-    result = api_.cuMemCreate(handle, bytes, &prop, 0);
-  }
-  return result;
-}
-
-void Residency::releasePhysical(uint64_t bytes, CUmemGenericAllocationHandle handle) {
-  // Kept for the next buffer of the same size: with PYTORCH_NO_CUDA_MEMORY_CACHING every
-  // tensor is a cudaMalloc/cudaFree pair, and cuMemCreate/cuMemRelease are slow.
-  pool_.emplace(bytes, handle);
-  pooled_ += bytes;
-}
-
-void Residency::trimPool(uint64_t bytes) {
-  uint64_t released = 0;
-  while (!pool_.empty() && released < bytes) {
-    auto it = std::prev(pool_.end());  // largest first: fewest calls
-    api_.cuMemRelease(it->second);
-    released += it->first;
-    pooled_ -= it->first;
-    pool_.erase(it);
-  }
-}
+// ---- mapping physical memory -------------------------------------------------------------
 
 CUresult Residency::mapAt(CUdeviceptr address, uint64_t bytes, CUmemGenericAllocationHandle handle) {
   CUresult result = api_.cuMemMap(address, bytes, 0, handle, 0);
@@ -123,53 +78,6 @@ CUresult Residency::mapAt(CUdeviceptr address, uint64_t bytes, CUmemGenericAlloc
   result = api_.cuMemSetAccess(address, bytes, &access, 1);
   if (result != CUDA_SUCCESS) api_.cuMemUnmap(address, bytes);
   return result;
-}
-
-void* Residency::takeHost(uint64_t bytes, bool* pinned) {
-  auto it = hostCache_.find(bytes);
-  if (it != hostCache_.end()) {
-    void* host = it->second;
-    hostCache_.erase(it);
-    *pinned = true;
-    return host;
-  }
-  if (pinnedHostBytes_ + bytes <= config_.hostLimitBytes) {
-    void* host = nullptr;
-    if (api_.cuMemHostAlloc(&host, bytes, 0) == CUDA_SUCCESS) {
-      pinnedHostBytes_ += bytes;
-      *pinned = true;
-      return host;
-    }
-  }
-  // Pageable memory still works, only slower (the copies become synchronous).
-  stats_.pageableFallbacks++;
-  DELTA_WARN_ONCE("pinned host memory for evicted buffers is exhausted (DELTA_HOST_LIMIT or the "
-                  "system's limit); using pageable memory, copies will be slower");
-  *pinned = false;
-  return std::malloc(bytes);
-}
-
-void Residency::giveHost(void* host, uint64_t bytes, bool pinned) {
-  if (host == nullptr) return;
-  if (pinned)
-    hostCache_.emplace(bytes, host);
-  else
-    std::free(host);
-}
-
-CUevent Residency::takeEvent() {
-  if (!eventPool_.empty()) {
-    CUevent event = eventPool_.back();
-    eventPool_.pop_back();
-    return event;
-  }
-  CUevent event = nullptr;
-  if (api_.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
-  return event;
-}
-
-void Residency::giveEvent(CUevent event) {
-  if (event != nullptr) eventPool_.push_back(event);
 }
 
 // ---- allocation and free -----------------------------------------------------------------
@@ -216,7 +124,7 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   CUresult result = acquireOrEvict(mapped, &handle, {}, 0);
   if (result == CUDA_SUCCESS) {
     result = mapAt(address, mapped, handle);
-    if (result != CUDA_SUCCESS) releasePhysical(mapped, handle);
+    if (result != CUDA_SUCCESS) physical_.release(mapped, handle);
   }
   if (result != CUDA_SUCCESS) {
     addressCache_.emplace(mapped, address);
@@ -277,7 +185,7 @@ bool Residency::free(CUdeviceptr address) {
     StreamUse& use = buffer.uses[i];
     CUevent event = use.event;
     if (event == nullptr) {
-      event = takeEvent();
+      event = events_.take();
       // Another thread's default stream cannot be named here: its fence can, and an event
       // recorded behind a wait for it on the eviction stream completes after the use.
       CUevent fence = use.thread != nullptr ? fenceOf(use.thread) : nullptr;
@@ -289,7 +197,7 @@ bool Residency::free(CUdeviceptr address) {
                      api_.cuStreamWaitEvent(evictStream_, fence, 0) == CUDA_SUCCESS &&
                      api_.cuEventRecord(event, evictStream_) == CUDA_SUCCESS);
       if (!recorded) {
-        giveEvent(event);
+        events_.give(event);
         synced = true;
         break;
       }
@@ -304,11 +212,11 @@ bool Residency::free(CUdeviceptr address) {
   if (evictionMayRead(buffer)) {
     // An eviction batch still reads it (and writes its host block), whether it is leaving or
     // its eviction was called off: the memory and the block wait for that batch too.
-    CUevent event = takeEvent();
+    CUevent event = events_.take();
     if (event != nullptr && api_.cuEventRecord(event, evictStream_) == CUDA_SUCCESS)
       entry.events.push_back(event);
     else {
-      giveEvent(event);
+      events_.give(event);
       synced = true;
     }
   }
@@ -354,14 +262,14 @@ bool Residency::reclaimQuarantine(bool wait) {
       ++i;
       continue;
     }
-    for (CUevent event : entry.events) giveEvent(event);
+    for (CUevent event : entry.events) events_.give(event);
     if (entry.handle != 0) {
       api_.cuMemUnmap(entry.address, entry.mappedBytes);
       quarantinedBytes_ -= entry.mappedBytes;
-      releasePhysical(entry.mappedBytes, entry.handle);
+      physical_.release(entry.mappedBytes, entry.handle);
     }
     addressCache_.emplace(entry.mappedBytes, entry.address);
-    giveHost(entry.host, entry.mappedBytes, entry.hostPinned);
+    host_.give(entry.host, entry.mappedBytes, entry.hostPinned);
     quarantine_[i] = std::move(quarantine_.back());
     quarantine_.pop_back();
     any = true;
@@ -386,12 +294,12 @@ bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint3
   auto fits = [&] { return deviceBytes() + bytes <= limit; };
   if (fits()) return true;
   // Cheapest first: memory nobody uses any more, and evictions already done.
-  if (!inFlight_.empty() && reclaimEvictions(false)) trimPool(UINT64_MAX);
+  if (!inFlight_.empty() && reclaimEvictions(false)) physical_.trim(UINT64_MAX);
   if (!quarantine_.empty()) reclaimQuarantine(false);
-  if (!fits() && pooled_ > 0) trimPool(deviceBytes() + bytes - limit);
+  if (!fits() && physical_.bytes() > 0) physical_.trim(deviceBytes() + bytes - limit);
   if (!fits() && !quarantine_.empty()) {
     reclaimQuarantine(true);
-    trimPool(UINT64_MAX);
+    physical_.trim(UINT64_MAX);
   }
   // Never the work being prepared; work other threads prepared and have not enqueued yet is
   // found held by evict(), which adds it here.
@@ -415,7 +323,7 @@ bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint3
     // Nothing more to start: wait for the oldest eviction in flight (a stall), or give up.
     if (inFlight_.empty()) break;
     reclaimEvictions(true);
-    trimPool(UINT64_MAX);
+    physical_.trim(UINT64_MAX);
   }
   return fits();
 }
@@ -492,7 +400,7 @@ void Residency::maybeRaiseCeiling(int64_t now) {
 
 CUresult Residency::acquireOrEvict(uint64_t bytes, CUmemGenericAllocationHandle* handle,
                                    std::span<const uint32_t> keep, uint32_t cause) {
-  CUresult result = acquirePhysical(bytes, handle);
+  CUresult result = physical_.acquire(bytes, handle);
   if (result != CUDA_ERROR_OUT_OF_MEMORY) return result;
   stats_.deviceFull++;
   // Evicting helps only when the device is short of memory by its own account. A refusal with
@@ -528,15 +436,12 @@ CUresult Residency::acquireOrEvict(uint64_t bytes, CUmemGenericAllocationHandle*
     // A victim's memory of exactly this size is taken as it is: the device is not asked again
     // (it may refuse new memory for reasons of its own, and what it refuses once it may refuse
     // to the victim's restore too).
-    if (auto same = pool_.find(bytes); same != pool_.end()) {
-      *handle = same->second;
-      pool_.erase(same);
-      pooled_ -= bytes;
+    if (physical_.takeExact(bytes, handle)) {
       result = CUDA_SUCCESS;
       break;
     }
-    trimPool(UINT64_MAX);
-    result = acquirePhysical(bytes, handle);
+    physical_.trim(UINT64_MAX);
+    result = physical_.acquire(bytes, handle);
     if (result == CUDA_ERROR_OUT_OF_MEMORY && deviceHasRoom()) break;
   }
   if (result == CUDA_SUCCESS) lowerCeiling(refusedAt, deviceBytes() + bytes);
@@ -606,9 +511,9 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
       auto found = std::find_if(recorded, recorded + recordedCount,
                                 [&](const auto& r) { return r.first == use.stream; });
       if (found == recorded + recordedCount) {
-        CUevent event = takeEvent();
+        CUevent event = events_.take();
         if (event == nullptr || api_.cuEventRecord(event, use.stream) != CUDA_SUCCESS) {
-          giveEvent(event);
+          events_.give(event);
           syncAll = true;
           break;
         }
@@ -624,7 +529,7 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
                      !buffer.keepContents;
     chosen[evicting++] = id;
   }
-  for (size_t r = 0; r < recordedCount; ++r) giveEvent(recorded[r].second);
+  for (size_t r = 0; r < recordedCount; ++r) events_.give(recorded[r].second);
   if (evicting == 0) return false;
   if (syncAll) api_.cuCtxSynchronize();
 
@@ -654,7 +559,7 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
       stats_.cleanEvictions++;
     } else if (!drop[i]) {
       if (buffer.host == nullptr) {
-        buffer.host = takeHost(buffer.mappedBytes, &buffer.hostPinned);
+        buffer.host = host_.take(buffer.mappedBytes, &buffer.hostPinned);
         if (buffer.host == nullptr) {
           DELTA_WARN_ONCE("host memory exhausted: cannot evict; running over budget");
           continue;
@@ -713,7 +618,7 @@ void Residency::finishEviction(Buffer& buffer, uint32_t, bool drop, const Evicti
                                     reinterpret_cast<uint64_t>(evictStream_), batch.cause,
                                     drop ? trace::kEvictDrop : uint8_t(0)});
   api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
-  releasePhysical(buffer.mappedBytes, buffer.handle);
+  physical_.release(buffer.mappedBytes, buffer.handle);
   buffer.handle = 0;
   buffer.evicting = false;
   buffer.evictingCopy = false;
@@ -721,25 +626,22 @@ void Residency::finishEviction(Buffer& buffer, uint32_t, bool drop, const Evicti
   resident_ -= buffer.mappedBytes;
   if (drop) {
     buffer.state = State::kDropped;
-    giveHost(buffer.host, buffer.mappedBytes, buffer.hostPinned);  // a stale copy, if any
+    host_.give(buffer.host, buffer.mappedBytes, buffer.hostPinned);  // a stale copy, if any
     buffer.host = nullptr;
     buffer.hostValid = false;
     stats_.drops++;
     if (buffer.hook.kind == RecomputeHook::Kind::kFramework) {
-      std::lock_guard notifierLock(gDropNotifierMutex);
-      if (gDropNotifier != nullptr)
-        tDropNotices.push_back(
-            DropNotice{gDropNotifier, gDropNotifierContext, buffer.address, buffer.bytes});
+      detail::queueDropNotice(buffer.address, buffer.bytes);
     }
   } else {
     buffer.state = State::kEvicted;
     buffer.hostValid = true;
     stats_.evictions++;
   }
-  for (int u = 0; u < buffer.useCount; ++u) giveEvent(buffer.uses[u].event);
+  for (int u = 0; u < buffer.useCount; ++u) events_.give(buffer.uses[u].event);
   buffer.useCount = 0;
   buffer.manyStreams = false;
-  giveEvent(buffer.restoreEvent);
+  events_.give(buffer.restoreEvent);
   buffer.restoreEvent = nullptr;
 }
 
@@ -861,22 +763,22 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause,
   for (int attempt = 0; attempt < 2 && result != CUDA_SUCCESS; ++attempt) {
     if (attempt > 0) {
       reclaimQuarantine(true);
-      trimPool(UINT64_MAX);
+      physical_.trim(UINT64_MAX);
     }
     // A prefetch never evicts: what it would evict may be needed sooner.
-    result = prefetched ? acquirePhysical(buffer.mappedBytes, &handle)
+    result = prefetched ? physical_.acquire(buffer.mappedBytes, &handle)
                         : acquireOrEvict(buffer.mappedBytes, &handle, keep, cause);
     if (result != CUDA_SUCCESS) continue;
     result = mapAt(buffer.address, buffer.mappedBytes, handle);
     if (result != CUDA_SUCCESS) {
-      releasePhysical(buffer.mappedBytes, handle);
+      physical_.release(buffer.mappedBytes, handle);
       continue;
     }
     // On the stream of the work that needs it: that work is ordered after the copy.
     result = api_.cuMemcpyHtoDAsync_v2(buffer.address, buffer.host, buffer.bytes, stream);
     if (result != CUDA_SUCCESS) {
       api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
-      releasePhysical(buffer.mappedBytes, handle);
+      physical_.release(buffer.mappedBytes, handle);
     } else {
       h2dBusyUntilNs_ = std::max(start, h2dBusyUntilNs_) +
                         policy_->costs().transferNs(policy::Direction::kHostToDevice, buffer.bytes);
@@ -884,13 +786,13 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause,
   }
   if (result != CUDA_SUCCESS) return result;
   // Other streams that use it before this copy is known to be done must wait for it.
-  CUevent event = takeEvent();
+  CUevent event = events_.take();
   if (event != nullptr && api_.cuEventRecord(event, stream) == CUDA_SUCCESS) {
     buffer.restoreEvent = event;
     buffer.restoreStream = stream;
     buffer.restoreThread = perThreadStream ? thisThread() : nullptr;
   } else {
-    giveEvent(event);
+    events_.give(event);
     api_.cuStreamSynchronize(stream);
   }
   buffer.handle = handle;
@@ -1082,7 +984,7 @@ CUevent Residency::threadFence() {
   const void* thread = thisThread();
   for (const ThreadFence& f : threadFences_)
     if (f.thread == thread) return f.event;
-  CUevent event = takeEvent();
+  CUevent event = events_.take();
   if (event != nullptr) threadFences_.push_back(ThreadFence{thread, event});
   return event;
 }
@@ -1096,7 +998,7 @@ CUevent Residency::fenceOf(const void* thread) const {
 void Residency::orderAfterRestore(Buffer& buffer, CUstream stream, bool perThreadStream) {
   if (buffer.restoreEvent == nullptr) return;
   if (api_.cuEventQuery(buffer.restoreEvent) == CUDA_SUCCESS) {
-    giveEvent(buffer.restoreEvent);
+    events_.give(buffer.restoreEvent);
     buffer.restoreEvent = nullptr;
     return;
   }
@@ -1253,7 +1155,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
     // batch is done go now.
     for (uint32_t id : workingSet_)
       if (buffers_[id].evicting) cancelEviction(id, now);
-    if (reclaimEvictions(false)) trimPool(UINT64_MAX);
+    if (reclaimEvictions(false)) physical_.trim(UINT64_MAX);
   }
   uint64_t missing = 0;
   for (uint32_t id : workingSet_)
@@ -1360,180 +1262,6 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   return CUDA_SUCCESS;
 }
 
-CUresult Residency::runRecomputes(std::vector<RecomputeCall>& calls, CUstream stream,
-                                  bool perThreadStream, const char* what, uint32_t kernel) {
-  // The callback's work must land where the touching work will run: a _ptsz call's stream 0
-  // is this thread's default stream, which only CU_STREAM_PER_THREAD names everywhere.
-  CUstream hookStream = perThreadStream ? CU_STREAM_PER_THREAD : stream;
-  CUresult result = CUDA_SUCCESS;
-  ++tRecomputeDepth;
-  for (const RecomputeCall& call : calls) {
-    if (result != CUDA_SUCCESS) {  // an earlier one failed: the rest are not regenerated
-      ReentryGuard guard;
-      std::lock_guard lock(mutex_);
-      Buffer& buffer = buffers_[call.id];
-      if (buffer.live && buffer.serial == call.serial && buffer.pendingRegeneration)
-        dropAgain(buffer);
-      continue;
-    }
-    {
-      // An earlier callback of this list may have needed this buffer and regenerated it first
-      // (prepareLocked runs a pending regeneration where it is used): nothing left to do.
-      std::lock_guard lock(mutex_);
-      Buffer& buffer = buffers_[call.id];
-      if (!buffer.live || buffer.serial != call.serial || !buffer.pendingRegeneration) continue;
-      buffer.pendingRegeneration = false;
-    }
-    CUevent start = nullptr;
-    CUevent end = nullptr;
-    {
-      ReentryGuard guard;
-      if (api_.cuEventCreate(&start, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
-          api_.cuEventRecord(start, hookStream) != CUDA_SUCCESS) {
-        if (start) api_.cuEventDestroy_v2(start);
-        start = nullptr;
-      }
-    }
-    const int64_t hostStart = nowNs();
-    // Outside the lock and the reentry guard: the callback's launches are prepared like any.
-    const int status = call.hook.callback(call.hook.context, reinterpret_cast<void*>(call.address),
-                                          call.bytes, hookStream);
-    ReentryGuard guard;
-    if (start != nullptr && (api_.cuEventCreate(&end, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
-                             api_.cuEventRecord(end, hookStream) != CUDA_SUCCESS)) {
-      if (end) api_.cuEventDestroy_v2(end);
-      end = nullptr;
-    }
-    std::lock_guard lock(mutex_);
-    Buffer& buffer = buffers_[call.id];
-    const bool same = buffer.live && buffer.serial == call.serial;  // not freed by the callback
-    if (status != 0) {
-      stats_.recomputeFailures++;
-      logLine("error: the recompute callback of the buffer at 0x%llx (%llu bytes) returned %d; "
-              "%s, which needs it, fails (the buffer stays dropped)",
-              (unsigned long long)call.address, (unsigned long long)call.bytes, status, what);
-      // Whatever it enqueued before failing must finish before the memory goes.
-      api_.cuStreamSynchronize(hookStream);
-      if (same) dropAgain(buffer);
-      if (start) api_.cuEventDestroy_v2(start);
-      if (end) api_.cuEventDestroy_v2(end);
-      result = CUDA_ERROR_UNKNOWN;
-      regenerated_.notify_all();
-      continue;
-    }
-    stats_.recomputes++;
-    if (same) {
-      buffer.regenerating = false;
-      buffer.regeneratingThread = nullptr;
-      buffer.hostValid = false;
-      // Work on other streams waits for the regeneration as for a restore.
-      giveEvent(buffer.restoreEvent);
-      buffer.restoreEvent = nullptr;
-      CUevent ordered = takeEvent();
-      if (ordered != nullptr && api_.cuEventRecord(ordered, hookStream) == CUDA_SUCCESS) {
-        buffer.restoreEvent = ordered;
-        buffer.restoreStream = stream;
-        buffer.restoreThread = perThreadStream ? thisThread() : nullptr;
-      } else {
-        giveEvent(ordered);
-        api_.cuStreamSynchronize(hookStream);
-      }
-      const int64_t now = nowNs();
-      if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
-        trace->recompute(trace::RecomputeRecord{static_cast<uint64_t>(hostStart),
-                                                static_cast<uint64_t>(now), call.serial,
-                                                call.bytes, 0, reinterpret_cast<uint64_t>(stream),
-                                                kernel, 0});
-    }
-    if (start != nullptr && end != nullptr)
-      recomputeTimings_.push_back(RecomputeTiming{call.id, call.serial, call.hook.estimateNs, start,
-                                                  end, tRecomputeDepth > 1});
-    else if (start != nullptr)
-      api_.cuEventDestroy_v2(start);
-    regenerated_.notify_all();
-  }
-  --tRecomputeDepth;
-  if (tRecomputeDepth == 0) {
-    std::lock_guard lock(mutex_);
-    recomputeOwner_ = nullptr;
-    regenerated_.notify_all();
-  }
-  return result;
-}
-
-CUresult Residency::remap(uint32_t id, std::span<const uint32_t> keep) {
-  Buffer& buffer = buffers_[id];
-  CUmemGenericAllocationHandle handle = 0;
-  CUresult result = acquireOrEvict(buffer.mappedBytes, &handle, keep, 0);
-  if (result != CUDA_SUCCESS) return result;
-  result = mapAt(buffer.address, buffer.mappedBytes, handle);
-  if (result != CUDA_SUCCESS) {
-    releasePhysical(buffer.mappedBytes, handle);
-    return result;
-  }
-  buffer.handle = handle;
-  buffer.state = State::kResident;
-  resident_ += buffer.mappedBytes;
-  stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
-  return CUDA_SUCCESS;
-}
-
-void Residency::dropAgain(Buffer& buffer) {
-  // A regeneration that did not happen: the memory goes back, the buffer is dropped as before
-  // (after any eviction batch that still reads it).
-  while (evictionMayRead(buffer)) reclaimEvictions(true);
-  if (buffer.state == State::kResident && buffer.handle != 0) {
-    api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
-    releasePhysical(buffer.mappedBytes, buffer.handle);
-    buffer.handle = 0;
-    resident_ -= buffer.mappedBytes;
-  }
-  buffer.state = State::kDropped;
-  buffer.regenerating = false;
-  buffer.regeneratingThread = nullptr;
-  buffer.pendingRegeneration = false;
-  for (int u = 0; u < buffer.useCount; ++u) giveEvent(buffer.uses[u].event);
-  buffer.useCount = 0;
-  buffer.manyStreams = false;
-  const uint32_t id = addresses_.find(buffer.address);
-  if (id != AddressMap::kNone) policy_->onEvicted(id, policy::Action::kRecompute);
-}
-
-void Residency::pollRecomputeTimings() {
-  for (size_t i = 0; i < recomputeTimings_.size();) {
-    RecomputeTiming& timing = recomputeTimings_[i];
-    const CUresult state = api_.cuEventQuery(timing.end);
-    if (state == CUDA_ERROR_NOT_READY) {
-      ++i;
-      continue;
-    }
-    float ms = 0;
-    if (state == CUDA_SUCCESS &&
-        api_.cuEventElapsedTime_v2(&ms, timing.start, timing.end) == CUDA_SUCCESS && ms >= 0) {
-      const auto measured = static_cast<int64_t>(static_cast<double>(ms) * 1e6);
-      if (!timing.nested) stats_.recomputeNs += static_cast<uint64_t>(measured);
-      const Buffer& buffer = buffers_[timing.id];
-      policy_->onRecomputeMeasured(buffer.live && buffer.serial == timing.serial ? timing.id
-                                                                                 : policy::kNoBuffer,
-                                   timing.estimateNs, measured);
-    }
-    api_.cuEventDestroy_v2(timing.start);
-    api_.cuEventDestroy_v2(timing.end);
-    recomputeTimings_[i] = recomputeTimings_.back();
-    recomputeTimings_.pop_back();
-  }
-}
-
-bool Residency::hasDropNotices() { return !tDropNotices.empty(); }
-
-void Residency::deliverDropNotices() {
-  // Outside the lock: the framework's notifier may ask the shim questions.
-  std::vector<DropNotice> notices;
-  notices.swap(tDropNotices);
-  for (const DropNotice& notice : notices)
-    notice.notifier(notice.context, reinterpret_cast<void*>(notice.address), notice.bytes);
-}
-
 void Residency::prefetch(int64_t now) {
   // Only into free room: a prefetch never evicts (what it would evict may be needed sooner).
   if (deviceBytes() >= limitLocked()) return;
@@ -1626,184 +1354,6 @@ trace::CloseTotals Residency::traceTotals() {
   return totals;
 }
 
-CUresult Residency::exportBuffer(CUdeviceptr address, CUdeviceptr* base, uint64_t* bytes, int* fd) {
-  NoticesAfterUnlock notices{this};
-  ReentryGuard guard;
-  std::lock_guard lock(mutex_);
-  uint32_t id = addresses_.find(address);
-  if (id == AddressMap::kNone) return CUDA_ERROR_NOT_FOUND;
-  Buffer& buffer = buffers_[id];
-  *base = buffer.address;
-  *bytes = buffer.mappedBytes;
-  if (buffer.exportFd >= 0) {
-    *fd = buffer.exportFd;
-    return CUDA_SUCCESS;
-  }
-  if (buffer.state == State::kDropped || buffer.regenerating) {
-    logLine("cannot share the buffer at 0x%llx with another process while its contents are "
-            "dropped for recompute; use it (or unregister it) before exporting it",
-            (unsigned long long)buffer.address);
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
-  if (buffer.evicting) cancelEviction(id, nowNs());
-  buffer.pinned = true;
-  policy_->onPinned(id, true);
-  const std::vector<uint32_t> keep{id};
-  const int64_t now = nowNs();
-  if (buffer.state != State::kResident) {
-    if (CUresult r = makeRoom(buffer.mappedBytes, keep, now, 0); r != CUDA_SUCCESS) return r;
-    if (CUresult r = restore(id, nullptr, 0, keep); r != CUDA_SUCCESS) return r;
-  }
-  // Re-back the buffer with physical memory that can be exported: copy it through a
-  // temporary mapping, then swap the mappings at the buffer's address. Export is rare.
-  if (CUresult r = makeRoom(buffer.mappedBytes, keep, now, 0); r != CUDA_SUCCESS) return r;
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  CUmemGenericAllocationHandle exportable = 0;
-  CUresult result = api_.cuMemCreate(&exportable, buffer.mappedBytes, &prop, 0);
-  if (result != CUDA_SUCCESS) return result;
-  CUdeviceptr staging = 0;
-  result = api_.cuMemAddressReserve(&staging, buffer.mappedBytes, granularity_, 0, 0);
-  if (result == CUDA_SUCCESS) {
-    result = mapAt(staging, buffer.mappedBytes, exportable);
-    if (result == CUDA_SUCCESS) {
-      api_.cuCtxSynchronize();  // every queued use of the buffer, and its restore, is done
-      result = api_.cuMemcpyDtoDAsync_v2(staging, buffer.address, buffer.bytes, nullptr);
-      api_.cuCtxSynchronize();
-      api_.cuMemUnmap(staging, buffer.mappedBytes);
-    }
-    api_.cuMemAddressFree(staging, buffer.mappedBytes);
-  }
-  if (result == CUDA_SUCCESS) {
-    api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
-    api_.cuMemRelease(buffer.handle);
-    buffer.handle = exportable;
-    result = mapAt(buffer.address, buffer.mappedBytes, exportable);
-  } else {
-    api_.cuMemRelease(exportable);
-    return result;
-  }
-  if (result != CUDA_SUCCESS) return result;
-  int exported = -1;
-  result = api_.cuMemExportToShareableHandle(&exported, exportable,
-                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-  if (result != CUDA_SUCCESS) return result;
-  buffer.exportFd = exported;
-  *fd = exported;
-  return CUDA_SUCCESS;
-}
-
-// ---- recompute registrations (the public API) ---------------------------------------------
-
-int Residency::setRecompute(CUdeviceptr address, const RecomputeHook& hook) {
-  std::lock_guard lock(mutex_);
-  const uint32_t id = addresses_.find(address);
-  if (id == AddressMap::kNone) return -1;
-  // A drop in flight needs the hook it was decided with: without one, the buffer stays.
-  if (hook.kind == RecomputeHook::Kind::kNone && buffers_[id].evicting) cancelEviction(id, nowNs());
-  buffers_[id].hook = hook;
-  if (hook.kind != RecomputeHook::Kind::kNone) anyRecomputable_.store(true, std::memory_order_relaxed);
-  policy_->onRecomputable(id, hook.kind == RecomputeHook::Kind::kNone ? policy::kUnknownNs
-                                                                      : std::max<int64_t>(hook.estimateNs, 0));
-  return 0;
-}
-
-int Residency::clearRecompute(CUdeviceptr address) {
-  RecomputeHook::Kind kind;
-  CUdeviceptr start;
-  {
-    std::lock_guard lock(mutex_);
-    const uint32_t id = addresses_.find(address);
-    if (id == AddressMap::kNone) return -1;
-    kind = buffers_[id].hook.kind;
-    start = buffers_[id].address;
-    // A drop in flight would leave it without the hook that can regenerate it: it stays.
-    if (buffers_[id].evicting) cancelEviction(id, nowNs());
-    if (buffers_[id].state != State::kDropped || kind != RecomputeHook::Kind::kCallback) {
-      buffers_[id].hook = RecomputeHook{};
-      policy_->onRecomputable(id, policy::kUnknownNs);
-      return buffers_[id].state == State::kDropped ? 1 : 0;
-    }
-  }
-  // Dropped, with a callback that may not be callable once unregistered: regenerate it now,
-  // as a use on the legacy default stream would.
-  Touch touch;
-  touch.rangeStart = start;
-  touch.rangeBytes = 1;
-  touch.kind = UseKind::kRead;
-  WorkInfo work;
-  work.kind = WorkInfo::Kind::kOpaque;
-  work.name = "delta_unregister";
-  const CUresult result = prepare(nullptr, false, &touch, 1, work);
-  releaseHeld();
-  std::lock_guard lock(mutex_);
-  const uint32_t id = addresses_.find(address);
-  if (id == AddressMap::kNone) return -1;
-  buffers_[id].hook = RecomputeHook{};
-  policy_->onRecomputable(id, policy::kUnknownNs);
-  return result == CUDA_SUCCESS ? 0 : 1;
-}
-
-int Residency::isDropped(CUdeviceptr address) {
-  std::lock_guard lock(mutex_);
-  const uint32_t id = addresses_.find(address);
-  if (id == AddressMap::kNone) return -1;
-  return buffers_[id].state == State::kDropped ? 1 : 0;
-}
-
-int Residency::beginRecompute(CUdeviceptr address) {
-  NoticesAfterUnlock notices{this};
-  ReentryGuard guard;
-  std::lock_guard lock(mutex_);
-  const uint32_t id = addresses_.find(address);
-  if (id == AddressMap::kNone) return -1;
-  Buffer& buffer = buffers_[id];
-  if (buffer.hook.kind == RecomputeHook::Kind::kFramework) buffer.keepContents = true;
-  // Leaving but intact: it stays, as the framework is about to use what it holds.
-  if (buffer.evicting) cancelEviction(id, nowNs());
-  if (buffer.state != State::kDropped) return 0;
-  const int64_t now = nowNs();
-  const std::vector<uint32_t> keep{id};
-  if (makeRoom(buffer.mappedBytes, keep, now, 0) != CUDA_SUCCESS) return -1;
-  if (CUresult r = remap(id, keep); r != CUDA_SUCCESS) {
-    logLine("cannot map memory to regenerate the buffer at 0x%llx (%llu bytes): %s",
-            (unsigned long long)buffer.address, (unsigned long long)buffer.bytes,
-            resultText(api_, r));
-    return -1;
-  }
-  buffer.regenerating = true;
-  buffer.regeneratingThread = nullptr;
-  buffer.regenerateStartNs = now;
-  buffer.hostValid = false;
-  policy_->onRestored(id, now);
-  return 1;
-}
-
-int Residency::endRecompute(CUdeviceptr address) {
-  std::lock_guard lock(mutex_);
-  const uint32_t id = addresses_.find(address);
-  if (id == AddressMap::kNone) return -1;
-  Buffer& buffer = buffers_[id];
-  if (!buffer.regenerating || buffer.regeneratingThread != nullptr) return 0;
-  buffer.regenerating = false;
-  buffer.keepContents = true;  // the regeneration used it; the use it was regenerated for is next
-  stats_.recomputes++;
-  if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
-    trace->recompute(trace::RecomputeRecord{static_cast<uint64_t>(buffer.regenerateStartNs),
-                                            static_cast<uint64_t>(nowNs()), buffer.serial,
-                                            buffer.bytes, 0, 0, 0, 0});
-  return 0;
-}
-
-void Residency::setDropNotifier(DropNotifier notifier, void* context) {
-  std::lock_guard lock(gDropNotifierMutex);
-  gDropNotifier = notifier;
-  gDropNotifierContext = context;
-}
-
 void Residency::markIteration() {
   std::lock_guard lock(mutex_);
   const int64_t now = nowNs();
@@ -1859,6 +1409,7 @@ Stats Residency::stats() {
     pollRecomputeTimings();
   }
   Stats copy = stats_;
+  copy.pageableFallbacks = host_.pageableFallbacks();
   copy.ceilingBytes = limitLocked();
   copy.pointerTables = tables_.size();
   copy.residentBytes = resident_;

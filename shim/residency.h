@@ -59,6 +59,7 @@
 #include "policy/policy.h"
 #include "shim/address_map.h"
 #include "shim/planner_thread.h"
+#include "shim/pools.h"
 #include "shim/pointer_tables.h"
 #include "shim/real_api.h"
 #include "trace/trace_writer.h"
@@ -310,7 +311,7 @@ class Residency {
     std::vector<CUevent> events;
   };
 
-  uint64_t deviceBytes() const { return resident_ + pooled_ + quarantinedBytes_; }
+  uint64_t deviceBytes() const { return resident_ + physical_.bytes() + quarantinedBytes_; }
   uint64_t limitLocked() const { return std::min(config_.budgetBytes, ceiling_); }
   // `cause`: the trace's name id of the work that needs the room (0: an allocation).
   CUresult makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
@@ -357,9 +358,6 @@ class Residency {
   // The policy asks for a plan: hands its request to the planner thread.
   [[gnu::noinline]] void submitPlan();
   void traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel, bool analysed, int64_t now);
-  CUresult acquirePhysical(uint64_t bytes, CUmemGenericAllocationHandle* handle);
-  void releasePhysical(uint64_t bytes, CUmemGenericAllocationHandle handle);
-  void trimPool(uint64_t bytes);
   CUresult mapAt(CUdeviceptr address, uint64_t bytes, CUmemGenericAllocationHandle handle);
   bool reclaimQuarantine(bool wait);
   void recordUse(Buffer& buffer, CUstream stream, bool perThreadStream);
@@ -372,10 +370,6 @@ class Residency {
   bool isHeld(uint32_t id) const;
   bool ensureEvictStream();
   void orderAfterRestore(Buffer& buffer, CUstream stream, bool perThreadStream);
-  void* takeHost(uint64_t bytes, bool* pinned);
-  void giveHost(void* host, uint64_t bytes, bool pinned);
-  CUevent takeEvent();
-  void giveEvent(CUevent event);
   void collect(const Touch& touch, std::vector<uint32_t>& ids);
   CUresult prepareLocked(std::unique_lock<std::mutex>& lock, CUstream stream,
                          bool perThreadStream, const Touch* touches, size_t count,
@@ -420,20 +414,18 @@ class Residency {
   std::unique_ptr<policy::Policy> policy_;
 
   std::mutex mutex_;
+  PhysicalPool physical_;
+  HostPool host_;
+  EventPool events_;
   AddressMap addresses_;
   PointerTables tables_;
   std::vector<PointerTables::Entry> tableScratch_;
   std::vector<Buffer> buffers_;    // by policy id
   std::vector<uint32_t> freeIds_;
   uint64_t resident_ = 0;
-  uint64_t pooled_ = 0;
   uint64_t quarantinedBytes_ = 0;
-  uint64_t pinnedHostBytes_ = 0;
-  std::multimap<uint64_t, CUmemGenericAllocationHandle> pool_;  // physical handles to reuse
   std::multimap<uint64_t, CUdeviceptr> addressCache_;            // reservations to reuse
-  std::multimap<uint64_t, void*> hostCache_;                     // pinned host blocks to reuse
   std::vector<Quarantined> quarantine_;
-  std::vector<CUevent> eventPool_;
   CUstream evictStream_ = nullptr;
   std::deque<EvictionBatch> inFlight_;
   std::vector<EvictionBatch> spareBatches_;  // their member vectors kept, not to allocate again

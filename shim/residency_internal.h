@@ -1,0 +1,25 @@
+// What residency.cpp and residency_recompute.cpp share: the calling thread's identity, how
+// deep this thread's recompute callbacks are nested, and the framework drop notices queued
+// under the residency lock. Not part of the shim's interface.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace delta::shim::detail {
+
+// Identifies the calling thread (for per-thread default streams): a thread-local's address.
+const void* thisThread();
+// This thread's nesting of recompute callbacks (0: the program's own work).
+int& recomputeDepth();
+// Recompute callbacks whose work needs other dropped buffers nest; this deep is a cycle.
+constexpr int kMaxRecomputeDepth = 64;
+// A framework-managed buffer was dropped by this thread's call: the framework's notifier (if
+// one is set) hears of it once the residency lock is released (Residency::deliverDropNotices).
+void queueDropNotice(CUdeviceptr address, size_t bytes);
+
+inline uint64_t roundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
+
+}  // namespace delta::shim::detail

@@ -1,0 +1,156 @@
+// The residency manager against a fake driver (tests/common/fake_driver.h): the launch path's
+// written rules (residency.h) checked by counting what reaches the driver, and holds: a buffer
+// a prepared launch holds is never evicted, and the eviction takes the next victim instead.
+#include "shim/residency.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "policy/policy_factory.h"
+#include "tests/common/fake_driver.h"
+
+namespace delta::shim {
+namespace {
+
+using testing::fakeDriver;
+using testing::fakeDriverLog;
+
+constexpr uint64_t kBuffer = 2ull << 20;  // one granule
+const WorkInfo kWork{WorkInfo::Kind::kKernel, "test_kernel", {1, 1, 1}, {1, 1, 1}};
+const CUstream kStream = reinterpret_cast<CUstream>(uintptr_t(0x5100));
+
+std::unique_ptr<Residency> residencyFor(uint64_t budget, const char* policy = "lru") {
+  policy::PolicyConfig config;
+  config.max_buffers = 1u << 18;  // as the shim configures it
+  policy::PolicyResult made = policy::makePolicy(policy, config);
+  EXPECT_EQ(made.error, "");
+  ResidencyConfig residencyConfig;
+  residencyConfig.budgetBytes = budget;
+  residencyConfig.hostLimitBytes = 1ull << 30;
+  residencyConfig.prefetch = false;  // what moves is what the tests make move
+  return std::make_unique<Residency>(fakeDriver(), residencyConfig, std::move(made.policy), kBuffer);
+}
+
+std::vector<CUdeviceptr> allocate(Residency& r, int count) {
+  std::vector<CUdeviceptr> buffers;
+  for (int i = 0; i < count; ++i) {
+    CUdeviceptr address = 0;
+    EXPECT_EQ(r.allocate(kBuffer, &address), CUDA_SUCCESS);
+    buffers.push_back(address);
+  }
+  return buffers;
+}
+
+// A kernel launch's prepare() with these buffers as its pointer parameters.
+CUresult prepare(Residency& r, CUstream stream, const std::vector<CUdeviceptr>& buffers) {
+  std::vector<uint64_t> pointers(buffers.begin(), buffers.end());
+  Residency::Touch touch;
+  touch.pointers = pointers.data();
+  touch.pointerCount = pointers.size();
+  touch.kind = UseKind::kKernel;
+  return r.prepare(stream, false, &touch, 1, kWork);
+}
+
+bool copiedOut(CUdeviceptr address) {
+  auto& out = fakeDriverLog().copiedOut;
+  return std::find(out.begin(), out.end(), address) != out.end();
+}
+
+TEST(ResidencyLaunchPath, WhenNothingMovesNoDriverCall) {
+  auto r = residencyFor(1ull << 40);
+  const std::vector<CUdeviceptr> buffers = allocate(*r, 8);
+  fakeDriverLog().reset(true);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(prepare(*r, kStream, buffers), CUDA_SUCCESS);
+    r->releaseHeld();
+  }
+  EXPECT_EQ(fakeDriverLog().calls, 0u);
+}
+
+TEST(ResidencyLaunchPath, ADefaultStreamLaunchRecordsOneFenceNotOneEventPerBuffer) {
+  auto r = residencyFor(1ull << 40);
+  const std::vector<CUdeviceptr> buffers = allocate(*r, 8);
+  fakeDriverLog().reset(true);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(prepare(*r, CU_STREAM_PER_THREAD, buffers), CUDA_SUCCESS);
+    r->releaseHeld();
+  }
+  ASSERT_EQ(fakeDriverLog().eventRecords, 3u);  // one per launch, after it
+  for (const auto& [event, stream] : fakeDriverLog().recorded) {
+    EXPECT_EQ(stream, CU_STREAM_PER_THREAD);
+    EXPECT_EQ(event, fakeDriverLog().recorded.front().first);  // the thread's one fence
+  }
+}
+
+TEST(ResidencyLaunchPath, AnotherThreadsDefaultStreamUseIsWaitedForThroughItsFence) {
+  // Only the using thread can name its default stream: evicting its buffer from another
+  // thread waits for that thread's fence on the eviction stream.
+  auto r = residencyFor(4 * kBuffer);
+  const std::vector<CUdeviceptr> buffers = allocate(*r, 4);
+  fakeDriverLog().reset(true);
+  std::thread user([&] {
+    ASSERT_EQ(prepare(*r, CU_STREAM_PER_THREAD, {buffers[0]}), CUDA_SUCCESS);
+    r->releaseHeld();
+  });
+  user.join();
+  ASSERT_EQ(fakeDriverLog().recorded.size(), 1u);
+  const CUevent fence = fakeDriverLog().recorded[0].first;
+  // Least recently used: buffers[1..3] were used when allocated, buffers[0] after them, so
+  // touch the others again to make buffers[0] the victim.
+  ASSERT_EQ(prepare(*r, kStream, {buffers[1], buffers[2], buffers[3]}), CUDA_SUCCESS);
+  r->releaseHeld();
+  CUdeviceptr extra = 0;
+  ASSERT_EQ(r->allocate(kBuffer, &extra), CUDA_SUCCESS);
+  ASSERT_TRUE(copiedOut(buffers[0]));
+  const auto& waited = fakeDriverLog().waited;
+  EXPECT_TRUE(std::any_of(waited.begin(), waited.end(), [&](const auto& w) { return w.second == fence; }));
+}
+
+TEST(ResidencyHolds, AHeldBufferIsPassedOverAndTheNextVictimTaken) {
+  auto r = residencyFor(4 * kBuffer);
+  const std::vector<CUdeviceptr> b = allocate(*r, 4);
+  // b[0] and b[1] are used first, then b[2] and b[3]: least recently used, b[0] and b[1] would
+  // go first, but the first launch is still being enqueued and holds them.
+  ASSERT_EQ(prepare(*r, kStream, {b[0], b[1]}), CUDA_SUCCESS);  // held until its release
+  std::thread other([&] {
+    ASSERT_EQ(prepare(*r, kStream, {b[2], b[3]}), CUDA_SUCCESS);
+    r->releaseHeld();
+  });
+  other.join();
+  fakeDriverLog().reset(true);
+  std::thread allocator([&] {
+    CUdeviceptr extra = 0;
+    ASSERT_EQ(r->allocate(kBuffer, &extra), CUDA_SUCCESS);
+  });
+  allocator.join();
+  EXPECT_FALSE(copiedOut(b[0]));
+  EXPECT_FALSE(copiedOut(b[1]));
+  EXPECT_TRUE(copiedOut(b[2]));  // the next least recently used
+  EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
+  // Released: they may go now, least recently used first.
+  r->releaseHeld();
+  fakeDriverLog().reset(true);
+  CUdeviceptr another = 0;
+  ASSERT_EQ(r->allocate(kBuffer, &another), CUDA_SUCCESS);
+  EXPECT_TRUE(copiedOut(b[0]));
+  EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
+}
+
+TEST(ResidencyHolds, WhenEverythingIsHeldTheAllocationGoesOverBudgetAndSaysSo) {
+  auto r = residencyFor(2 * kBuffer);
+  const std::vector<CUdeviceptr> b = allocate(*r, 2);
+  ASSERT_EQ(prepare(*r, kStream, b), CUDA_SUCCESS);
+  fakeDriverLog().reset(true);
+  CUdeviceptr extra = 0;
+  ASSERT_EQ(r->allocate(kBuffer, &extra), CUDA_SUCCESS);  // not strict: over budget, counted
+  EXPECT_EQ(fakeDriverLog().copiesOut, 0u);
+  EXPECT_EQ(r->stats().overBudgetAllocations, 1u);
+  r->releaseHeld();
+}
+
+}  // namespace
+}  // namespace delta::shim
