@@ -118,12 +118,11 @@ auto allocateUnmanaged(Allocate allocate, OutOfMemory outOfMemory, size_t bytes,
   return result;
 }
 
-// Names the shim hands out its own functions for.
+// Names the shim hands out its own functions for (real_api.h's table, and cuGetProcAddress).
 bool isManagedDriverSymbol(std::string_view name) {
-  return name == "cuMemAlloc_v2" || name == "cuMemFree_v2" || name == "cuMemGetInfo_v2" ||
-         name == "cuGetProcAddress_v2" || name == "cuGetProcAddress" || name == "cuLaunchKernel" ||
-         name == "cuIpcGetMemHandle" || name == "cuIpcOpenMemHandle_v2" ||
-         name == "cuIpcCloseMemHandle";
+#define DELTA_IS_NAME(entry, procBase, perThreadToo) name == #entry ||
+  return DELTA_MANAGED_DRIVER_SYMBOLS(DELTA_IS_NAME) name == "cuGetProcAddress";
+#undef DELTA_IS_NAME
 }
 
 }  // namespace
@@ -420,31 +419,17 @@ CUresult answerProcAddress(CUresult result, const char* symbol, void** pfn, cuui
   if (result != CUDA_SUCCESS || pfn == nullptr || *pfn == nullptr || symbol == nullptr ||
       Shim::instance().disabled())
     return result;
-  std::string_view base = symbol;
+  const std::string_view base = symbol;
+  const bool perThread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   InterceptedDriver& real = interceptedDriver();
-  if (base == "cuMemAlloc") {
-    storeSlot(real.cuMemAlloc_v2, *pfn);
-    *pfn = replacementFor("cuMemAlloc_v2");
-  } else if (base == "cuMemFree") {
-    storeSlot(real.cuMemFree_v2, *pfn);
-    *pfn = replacementFor("cuMemFree_v2");
-  } else if (base == "cuMemGetInfo") {
-    storeSlot(real.cuMemGetInfo_v2, *pfn);
-    *pfn = replacementFor("cuMemGetInfo_v2");
-  } else if (base == "cuIpcGetMemHandle") {
-    storeSlot(real.cuIpcGetMemHandle, *pfn);
-    *pfn = replacementFor("cuIpcGetMemHandle");
-  } else if (base == "cuIpcOpenMemHandle") {
-    storeSlot(real.cuIpcOpenMemHandle_v2, *pfn);
-    *pfn = replacementFor("cuIpcOpenMemHandle_v2");
-  } else if (base == "cuIpcCloseMemHandle") {
-    storeSlot(real.cuIpcCloseMemHandle, *pfn);
-    *pfn = replacementFor("cuIpcCloseMemHandle");
-  } else if (base == "cuLaunchKernel" && !(flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) {
-    // (The per-thread variant is left to CUPTI alone: strict mode does not cover it.)
-    storeSlot(real.cuLaunchKernel, *pfn);
-    *pfn = replacementFor("cuLaunchKernel");
+#define DELTA_ANSWER(entry, procBase, perThreadToo)                                \
+  if (!base.empty() && base == procBase && (perThreadToo || !perThread)) {          \
+    storeSlot(real.entry, *pfn);                                                    \
+    *pfn = replacementFor(#entry);                                                  \
+    return result;                                                                  \
   }
+  DELTA_MANAGED_DRIVER_SYMBOLS(DELTA_ANSWER)
+#undef DELTA_ANSWER
   return result;
 }
 
@@ -482,15 +467,11 @@ namespace delta::shim {
 namespace {
 
 void* replacementFor(std::string_view name) {
-  if (name == "cuMemAlloc_v2") return reinterpret_cast<void*>(&::cuMemAlloc_v2);
-  if (name == "cuMemFree_v2") return reinterpret_cast<void*>(&::cuMemFree_v2);
-  if (name == "cuMemGetInfo_v2") return reinterpret_cast<void*>(&::cuMemGetInfo_v2);
-  if (name == "cuGetProcAddress_v2") return reinterpret_cast<void*>(&::cuGetProcAddress_v2);
+#define DELTA_REPLACEMENT(entry, procBase, perThreadToo) \
+  if (name == #entry) return reinterpret_cast<void*>(&::entry);
+  DELTA_MANAGED_DRIVER_SYMBOLS(DELTA_REPLACEMENT)
+#undef DELTA_REPLACEMENT
   if (name == "cuGetProcAddress") return reinterpret_cast<void*>(&::cuGetProcAddress);
-  if (name == "cuLaunchKernel") return reinterpret_cast<void*>(&::cuLaunchKernel);
-  if (name == "cuIpcGetMemHandle") return reinterpret_cast<void*>(&::cuIpcGetMemHandle);
-  if (name == "cuIpcOpenMemHandle_v2") return reinterpret_cast<void*>(&::cuIpcOpenMemHandle_v2);
-  if (name == "cuIpcCloseMemHandle") return reinterpret_cast<void*>(&::cuIpcCloseMemHandle);
   return nullptr;
 }
 
@@ -528,24 +509,11 @@ DlsymDecision delta_dlsymDecide(void* handle, const char* symbol) {
   if (found == nullptr) return {nullptr, nullptr};
   std::string_view name = symbol;
   InterceptedDriver& intercepted = interceptedDriver();
-  if (name == "cuMemAlloc_v2")
-    storeSlot(intercepted.cuMemAlloc_v2, found);
-  else if (name == "cuMemFree_v2")
-    storeSlot(intercepted.cuMemFree_v2, found);
-  else if (name == "cuMemGetInfo_v2")
-    storeSlot(intercepted.cuMemGetInfo_v2, found);
-  else if (name == "cuGetProcAddress_v2")
-    storeSlot(intercepted.cuGetProcAddress_v2, found);
-  else if (name == "cuGetProcAddress")
-    storeSlot(gRealGetProcAddressV1, found);
-  else if (name == "cuLaunchKernel")
-    storeSlot(intercepted.cuLaunchKernel, found);
-  else if (name == "cuIpcGetMemHandle")
-    storeSlot(intercepted.cuIpcGetMemHandle, found);
-  else if (name == "cuIpcOpenMemHandle_v2")
-    storeSlot(intercepted.cuIpcOpenMemHandle_v2, found);
-  else if (name == "cuIpcCloseMemHandle")
-    storeSlot(intercepted.cuIpcCloseMemHandle, found);
+#define DELTA_KEEP_REAL(entry, procBase, perThreadToo) \
+  if (name == #entry) storeSlot(intercepted.entry, found);
+  DELTA_MANAGED_DRIVER_SYMBOLS(DELTA_KEEP_REAL)
+#undef DELTA_KEEP_REAL
+  if (name == "cuGetProcAddress") storeSlot(gRealGetProcAddressV1, found);
   return {replacementFor(name), nullptr};
 }
 

@@ -52,17 +52,27 @@ struct RuntimeApi {
 };
 const RuntimeApi& runtimeApi();
 
-// The real versions of the driver functions the shim hands out its own replacements for,
-// as the program would have got them.
+// The one table of the driver entry points the shim hands out its own function for, when the
+// program looks them up by name (dlsym on libcuda's handle, cuGetProcAddress): the exported
+// name; the base name cuGetProcAddress is asked with ("": not answered there); whether its
+// per-thread-default-stream variant is taken too (cuLaunchKernel's is left to CUPTI: strict
+// mode does not cover it). interpose.cpp generates every list of these names from it.
+// cuGetProcAddress itself (v1; cuda.h makes the name a macro for _v2) is handled beside it.
+#define DELTA_MANAGED_DRIVER_SYMBOLS(X)                   \
+  X(cuMemAlloc_v2, "cuMemAlloc", true)                    \
+  X(cuMemFree_v2, "cuMemFree", true)                      \
+  X(cuMemGetInfo_v2, "cuMemGetInfo", true)                \
+  X(cuIpcGetMemHandle, "cuIpcGetMemHandle", true)         \
+  X(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", true)    \
+  X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", true)     \
+  X(cuLaunchKernel, "cuLaunchKernel", false)              \
+  X(cuGetProcAddress_v2, "", false)
+
+// The real versions of the driver functions in that table, as the program would have got them.
 struct InterceptedDriver {
-  decltype(&::cuGetProcAddress_v2) cuGetProcAddress_v2 = nullptr;
-  decltype(&::cuMemAlloc_v2) cuMemAlloc_v2 = nullptr;
-  decltype(&::cuMemFree_v2) cuMemFree_v2 = nullptr;
-  decltype(&::cuMemGetInfo_v2) cuMemGetInfo_v2 = nullptr;
-  decltype(&::cuIpcGetMemHandle) cuIpcGetMemHandle = nullptr;
-  decltype(&::cuLaunchKernel) cuLaunchKernel = nullptr;
-  decltype(&::cuIpcOpenMemHandle_v2) cuIpcOpenMemHandle_v2 = nullptr;
-  decltype(&::cuIpcCloseMemHandle) cuIpcCloseMemHandle = nullptr;
+#define DELTA_DECLARE_SLOT(name, procBase, perThreadToo) decltype(&::name) name = nullptr;
+  DELTA_MANAGED_DRIVER_SYMBOLS(DELTA_DECLARE_SLOT)
+#undef DELTA_DECLARE_SLOT
 };
 InterceptedDriver& interceptedDriver();
 
