@@ -725,6 +725,18 @@ void Residency::cancelEviction(uint32_t id, int64_t now) {
   policy_->onRestored(id, now);
 }
 
+void Residency::waitForEvictionCopy(const Buffer& buffer, CUstream stream) {
+  for (const EvictionBatch& batch : inFlight_) {
+    if (batch.sequence != buffer.evictBatch) continue;
+    // Without its event, or if the wait cannot be queued: the safe, slow way.
+    if (batch.done == nullptr)
+      api_.cuStreamSynchronize(evictStream_);
+    else if (api_.cuStreamWaitEvent(stream, batch.done, 0) != CUDA_SUCCESS)
+      api_.cuEventSynchronize(batch.done);
+    return;
+  }
+}
+
 void Residency::makeRoomAhead(int64_t now) {
   if (!beenShort_) return;
   int64_t horizon = 0;
@@ -1152,9 +1164,16 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   ReentryGuard guard;
   if (!inFlight_.empty()) {
     // A buffer of this work that is leaving stays (its memory is still there); evictions whose
-    // batch is done go now.
-    for (uint32_t id : workingSet_)
-      if (buffers_[id].evicting) cancelEviction(id, now);
+    // batch is done go now. Work that may write it waits, on its own stream, for the copy out
+    // that still reads it (the host never waits); a copy from it reads alongside.
+    bool mayWrite = false;
+    for (size_t t = 0; t < count; ++t) mayWrite |= touches[t].kind != UseKind::kRead;
+    for (uint32_t id : workingSet_) {
+      if (!buffers_[id].evicting) continue;
+      if (mayWrite && buffers_[id].evictingCopy)
+        waitForEvictionCopy(buffers_[id], perThreadStream ? CU_STREAM_PER_THREAD : stream);
+      cancelEviction(id, now);
+    }
     if (reclaimEvictions(false)) physical_.trim(UINT64_MAX);
   }
   uint64_t missing = 0;

@@ -341,6 +341,9 @@ class Residency {
   // A use of a buffer that is leaving: it stays (the eviction is called off; its batch still
   // runs).
   void cancelEviction(uint32_t id, int64_t now);
+  // Work on `stream` that may write a leaving buffer waits there for the batch that copies it
+  // out (not on the host).
+  void waitForEvictionCopy(const Buffer& buffer, CUstream stream);
   // An eviction batch not done yet copies from this buffer (or waits on it): its memory and host
   // block may not go before that batch.
   bool evictionMayRead(const Buffer& buffer) const;
