@@ -184,6 +184,10 @@ bool parsePrefetch(std::string_view v, Options& o, std::string&) {
   return parseBool(v, o.prefetch);
 }
 
+bool parsePlan(std::string_view v, Options& o, std::string&) {
+  return parseBool(v, o.plan);
+}
+
 std::string formatBool(bool b) { return b ? "1" : "0"; }
 
 // One row: what users and docs see, and how the value is read and shown.
@@ -200,7 +204,7 @@ constexpr std::string_view kBoolAccepted = "0, 1, true, false, yes, no, on or of
 // THE table. Order is the order of the docs and of the verbose listing. Defaults are written as a
 // user would write them and parsed at every start, so they cannot disagree with the parsers
 // (options_test also parses each one).
-constexpr std::array<Row, 13> kTable = {{
+constexpr std::array<Row, 14> kTable = {{
     {{"DELTA_BUDGET", "90%",
       "Most device memory the managed buffers may hold at once: a size (`6GiB`) or a percentage "
       "of the device's memory (`90%`).",
@@ -258,6 +262,12 @@ constexpr std::array<Row, 13> kTable = {{
     {{"DELTA_PREFETCH", "1", "Start restores ahead of use when the policy predicts them.",
       kBoolAccepted},
      parsePrefetch, [](const Options& o) { return formatBool(o.prefetch); }},
+    {{"DELTA_PLAN", "0",
+      "1: delta plans each iteration it learns within the budget, on a background thread "
+      "(experimental: it learns the host's launch times, not the GPU's, and can plan worse than "
+      "not planning).",
+      kBoolAccepted},
+     parsePlan, [](const Options& o) { return formatBool(o.plan); }},
 }};
 
 // Rows the parser and resolver treat specially, checked against their names.

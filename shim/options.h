@@ -41,6 +41,7 @@ struct Options {
   std::string cuptiPath;       // DELTA_CUPTI_PATH: empty = search
   Mode mode = Mode::kVmm;      // DELTA_MODE
   bool prefetch = false;       // DELTA_PREFETCH
+  bool plan = false;           // DELTA_PLAN
 };
 
 // One row of the table as callers may see it (the parser and formatter stay inside).

@@ -1164,15 +1164,16 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   ReentryGuard guard;
   if (!inFlight_.empty()) {
     // A buffer of this work that is leaving stays (its memory is still there); evictions whose
-    // batch is done go now. Work that may write it waits, on its own stream, for the copy out
-    // that still reads it (the host never waits); a copy from it reads alongside.
+    // batch is done go now. Work that may write a buffer an eviction batch still reads (leaving,
+    // or called back by an earlier use) waits, on its own stream, for that batch (the host
+    // never waits); a copy from it reads alongside.
     bool mayWrite = false;
     for (size_t t = 0; t < count; ++t) mayWrite |= touches[t].kind != UseKind::kRead;
     for (uint32_t id : workingSet_) {
-      if (!buffers_[id].evicting) continue;
-      if (mayWrite && buffers_[id].evictingCopy)
-        waitForEvictionCopy(buffers_[id], perThreadStream ? CU_STREAM_PER_THREAD : stream);
-      cancelEviction(id, now);
+      Buffer& buffer = buffers_[id];
+      if (mayWrite && evictionMayRead(buffer))
+        waitForEvictionCopy(buffer, perThreadStream ? CU_STREAM_PER_THREAD : stream);
+      if (buffer.evicting) cancelEviction(id, now);
     }
     if (reclaimEvictions(false)) physical_.trim(UINT64_MAX);
   }

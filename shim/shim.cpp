@@ -89,9 +89,11 @@ Residency* Shim::activate() {
 
   policy::PolicyConfig policyConfig;
   policyConfig.max_buffers = 1u << 18;
-  // Delta plans each learned iteration within the budget, on the planner thread
-  // (planner_thread.h), never on the launch path.
-  policyConfig.budget_bytes = budget;
+  // With DELTA_PLAN=1, delta plans each learned iteration within the budget, on the planner
+  // thread (planner_thread.h), never on the launch path. Off by default: the iteration it
+  // learns online is timed by the host's launches, which run ahead of the GPU, and plans made
+  // on those times were measured worse than none (docs/shim.md, Planning).
+  policyConfig.budget_bytes = options_.plan ? budget : 0;
   policyConfig.plan_elsewhere = true;
   policy::PolicyResult made = policy::makePolicy(options_.policy, policyConfig);
   if (!made.policy) {

@@ -132,8 +132,9 @@ TEST(DeltaPlay, EveryTokenKeptUnderTheShimWithEveryPolicy) {
   }
 }
 
-// Under memory pressure delta plans the iteration it learned on the shim's planner thread: the
-// plan reaches the stats, the summary and the trace, and the job keeps every token. (Launches
+// Under memory pressure, with DELTA_PLAN=1, delta plans the iteration it learned on the shim's
+// planner thread: the plan reaches the stats, the summary and the trace, and the job keeps
+// every token. Without it (the default) nothing is planned. (Launches
 // over budget are not checked here: on these small shapes at 30 %, recomputes that need
 // dropped inputs nest until what they hold exceeds the budget, with any policy that drops;
 // docs/reliability.md.)
@@ -151,8 +152,14 @@ TEST(DeltaPlay, DeltaPlansOffTheLaunchPathAndSaysWhat) {
       SCOPED_TRACE(percent);
       const std::string budget = std::to_string(std::stoull(plain.value("played_peak_bytes")) * percent / 100);
       const std::string recorded = std::string(dir) + "/job.trace";
-      Outcome shimmed = run(argv, underShim({"DELTA_BUDGET=" + budget, "DELTA_POLICY=delta", "DELTA_TRACE=" + recorded,
-                                             "DELTA_TRACE_OVERWRITE=1", "CUDASIM_DEVICE_MEMORY=16G"}));
+      Outcome unplanned = run(argv, underShim({"DELTA_BUDGET=" + budget, "DELTA_POLICY=delta",
+                                               "CUDASIM_DEVICE_MEMORY=16G"}));
+      ASSERT_EQ(unplanned.status, 0) << unplanned.err;
+      EXPECT_EQ(unplanned.stat("plans"), 0u) << unplanned.err;
+      EXPECT_EQ(summary(unplanned)["tokens"], summary(plain)["tokens"]);
+      Outcome shimmed = run(argv, underShim({"DELTA_BUDGET=" + budget, "DELTA_POLICY=delta", "DELTA_PLAN=1",
+                                             "DELTA_TRACE=" + recorded, "DELTA_TRACE_OVERWRITE=1",
+                                             "CUDASIM_DEVICE_MEMORY=16G"}));
       ASSERT_EQ(shimmed.status, 0) << shimmed.out << shimmed.err;
       EXPECT_EQ(summary(shimmed)["tokens"], summary(plain)["tokens"]);
       const unsigned long long plans = shimmed.stat("plans");

@@ -80,7 +80,8 @@ TEST(OptionsTable, HasTheIssuesOptionsInOrder) {
   const std::vector<std::string_view> expected = {
       "DELTA_BUDGET",    "DELTA_POLICY",  "DELTA_TRACE",  "DELTA_TRACE_STACKS",
       "DELTA_TRACE_OVERWRITE", "DELTA_HOST_LIMIT", "DELTA_MIN_BYTES", "DELTA_VERBOSE",
-      "DELTA_DISABLE",   "DELTA_STRICT",  "DELTA_CUPTI_PATH", "DELTA_MODE", "DELTA_PREFETCH"};
+      "DELTA_DISABLE",   "DELTA_STRICT",  "DELTA_CUPTI_PATH", "DELTA_MODE", "DELTA_PREFETCH",
+      "DELTA_PLAN"};
   ASSERT_EQ(optionCount(), expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(optionInfo(i).name, expected[i]);
@@ -202,6 +203,8 @@ const ValidCase kValid[] = {
     {"DELTA_MODE", "uvm", "uvm"},
     {"DELTA_PREFETCH", "0", "0"},
     {"DELTA_PREFETCH", "ON", "1"},
+    {"DELTA_PLAN", "1", "1"},
+    {"DELTA_PLAN", "off", "0"},
 };
 
 TEST(OptionsParse, ValidValues) {
@@ -216,7 +219,8 @@ TEST(OptionsParse, ValidValuesSetTheMembers) {
   Parsed p = parse({"DELTA_BUDGET=6GiB", "DELTA_POLICY=lru", "DELTA_TRACE=/t/%p.trace",
                     "DELTA_TRACE_STACKS=1", "DELTA_TRACE_OVERWRITE=1", "DELTA_HOST_LIMIT=12.5%",
                     "DELTA_MIN_BYTES=64K", "DELTA_VERBOSE=2", "DELTA_STRICT=1",
-                    "DELTA_CUPTI_PATH=/x/libcupti.so", "DELTA_MODE=uvm", "DELTA_PREFETCH=0"});
+                    "DELTA_CUPTI_PATH=/x/libcupti.so", "DELTA_MODE=uvm", "DELTA_PREFETCH=0",
+                    "DELTA_PLAN=1"});
   ASSERT_TRUE(p.ok) << p.error;
   const Options& o = p.options;
   EXPECT_FALSE(o.budget.isPercent);
@@ -234,6 +238,7 @@ TEST(OptionsParse, ValidValuesSetTheMembers) {
   EXPECT_EQ(o.cuptiPath, "/x/libcupti.so");
   EXPECT_EQ(o.mode, Options::Mode::kUvm);
   EXPECT_FALSE(o.prefetch);
+  EXPECT_TRUE(o.plan);
 }
 
 // Every option has at least one valid case above.
@@ -315,6 +320,7 @@ const InvalidCase kInvalid[] = {
     {"DELTA_DISABLE", "01", ""},
     {"DELTA_STRICT", "truee", ""},
     {"DELTA_PREFETCH", "1.0", ""},
+    {"DELTA_PLAN", "2", ""},
     // Host limit.
     {"DELTA_HOST_LIMIT", "", ""},
     {"DELTA_HOST_LIMIT", "-16GiB", ""},
@@ -440,7 +446,7 @@ const UnknownCase kUnknown[] = {
      "libdelta: DELTA_VERBOSITY='1' is not a DELTA option: expected one of DELTA_BUDGET, "
      "DELTA_POLICY, DELTA_TRACE, DELTA_TRACE_STACKS, DELTA_TRACE_OVERWRITE, DELTA_HOST_LIMIT, "
      "DELTA_MIN_BYTES, DELTA_VERBOSE, DELTA_DISABLE, DELTA_STRICT, DELTA_CUPTI_PATH, "
-     "DELTA_MODE, DELTA_PREFETCH"},
+     "DELTA_MODE, DELTA_PREFETCH, DELTA_PLAN"},
     {"DELTA_=", nullptr},
     {"DELTA_X\n=\n", nullptr},
 };
@@ -716,7 +722,8 @@ TEST(OptionsDescribe, DefaultsAndChanges) {
             "libdelta: DELTA_STRICT=0 (default)\n"
             "libdelta: DELTA_CUPTI_PATH='' (default)\n"
             "libdelta: DELTA_MODE=vmm (default)\n"
-            "libdelta: DELTA_PREFETCH=1 (default)\n");
+            "libdelta: DELTA_PREFETCH=1 (default)\n"
+            "libdelta: DELTA_PLAN=0 (default)\n");
 }
 
 TEST(OptionsDescribe, OneLinePerOptionWhateverThePaths) {
