@@ -25,6 +25,9 @@ struct FakeDriverLog {
   std::atomic<uint64_t> copiesOut{0};
   std::atomic<uint64_t> copiesIn{0};
   bool recording = false;  // keep the lists below (tests)
+  // cuEventQuery answers CUDA_ERROR_NOT_READY while set: work stays in flight until a host
+  // wait (cuEventSynchronize, cuStreamSynchronize, cuCtxSynchronize) or until it is cleared.
+  std::atomic<bool> eventsPending{false};
   std::mutex mutex;
   std::vector<std::pair<CUevent, CUstream>> recorded;  // cuEventRecord
   std::vector<std::pair<CUstream, CUevent>> waited;    // cuStreamWaitEvent
@@ -33,6 +36,7 @@ struct FakeDriverLog {
 
   void reset(bool record) {
     calls = eventRecords = copiesOut = copiesIn = 0;
+    eventsPending = false;
     std::lock_guard lock(mutex);
     recording = record;
     recorded.clear();
@@ -123,7 +127,10 @@ inline CUresult eventRecord(CUevent event, CUstream stream) {
   note(fakeDriverLog().recorded, std::make_pair(event, stream));
   return CUDA_SUCCESS;
 }
-inline CUresult eventQuery(CUevent) { count(); return CUDA_SUCCESS; }
+inline CUresult eventQuery(CUevent) {
+  count();
+  return fakeDriverLog().eventsPending ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
 inline CUresult eventSynchronize(CUevent) { count(); return CUDA_SUCCESS; }
 inline CUresult eventDestroy(CUevent) { count(); return CUDA_SUCCESS; }
 inline CUresult eventElapsed(float* ms, CUevent, CUevent) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -108,6 +109,46 @@ TEST(ResidencyLaunchPath, AnotherThreadsDefaultStreamUseIsWaitedForThroughItsFen
   ASSERT_TRUE(copiedOut(buffers[0]));
   const auto& waited = fakeDriverLog().waited;
   EXPECT_TRUE(std::any_of(waited.begin(), waited.end(), [&](const auto& w) { return w.second == fence; }));
+}
+
+TEST(ResidencyEvictionInFlight, WorkThatMayWriteALeavingBufferWaitsOnItsStreamForTheCopy) {
+  // Delta learns a loop over six buffers under a budget of four; once memory has been short it
+  // evicts ahead of the next launches. With the copies out held in flight (the fake's events
+  // stay pending until a host wait), a kernel that touches a buffer evicted ahead calls its
+  // eviction off and waits for the copy on its own stream; the host does not wait. Launches
+  // are 2 ms apart: a 2 MiB copy at the policy's first estimate of the link (12 GB/s) takes
+  // about 0.2 ms, so some buffers' next uses lie beyond what room ahead must cover.
+  auto r = residencyFor(4 * kBuffer, "delta");
+  const std::vector<CUdeviceptr> b = allocate(*r, 6);
+  fakeDriverLog().reset(true);
+  fakeDriverLog().eventsPending = true;
+  CUdeviceptr leaving = 0;
+  for (int iteration = 0; iteration < 8 && leaving == 0; ++iteration) {
+    r->markIteration();
+    for (CUdeviceptr buffer : b) {
+      const uint64_t ahead = r->stats().evictionsAhead;
+      const size_t copies = fakeDriverLog().copiedOut.size();
+      ASSERT_EQ(prepare(*r, kStream, {buffer}), CUDA_SUCCESS);
+      r->releaseHeld();
+      // Evicted ahead after this launch: the last copy out is that eviction's.
+      if (r->stats().evictionsAhead > ahead && fakeDriverLog().copiedOut.size() > copies) {
+        leaving = fakeDriverLog().copiedOut.back();
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  ASSERT_NE(leaving, 0u) << "no eviction ahead: the test needs one in flight";
+  const uint64_t cancelled = r->stats().cancelledEvictions;
+  const size_t waitsBefore = fakeDriverLog().waited.size();
+  ASSERT_EQ(prepare(*r, kStream, {leaving}), CUDA_SUCCESS);  // a kernel: it may write
+  r->releaseHeld();
+  EXPECT_EQ(r->stats().cancelledEvictions, cancelled + 1);
+  const auto& waited = fakeDriverLog().waited;
+  EXPECT_TRUE(std::any_of(waited.begin() + static_cast<std::ptrdiff_t>(waitsBefore), waited.end(),
+                          [](const auto& w) { return w.first == kStream; }))
+      << "the kernel's stream did not wait for the copy out";
+  fakeDriverLog().eventsPending = false;
 }
 
 TEST(ResidencyHolds, AHeldBufferIsPassedOverAndTheNextVictimTaken) {
