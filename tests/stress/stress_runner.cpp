@@ -134,7 +134,6 @@ int main(int argc, char** argv) {
   }
   const std::string workload = argv[1];
   gShim = argv[2];
-  const std::string& shim = gShim;
   const std::string seed = argv[3];
   int next = 4;
   if (next + 1 < argc && std::string(argv[next]) == "--policy") {
