@@ -66,6 +66,7 @@ struct Options {
   double h2dGbps = 12;
   double d2hGbps = 12;
   bool recompute = false;
+  bool iterationMarks = true;  // tell libdelta.so where iterations start (delta_mark_iteration)
   int64_t breakOp = -1;  // tests: this op stamps a wrong token, to show that it is caught
 };
 
@@ -73,7 +74,7 @@ struct Options {
   std::fprintf(stderr,
                "delta-play: %s\n"
                "usage: delta-play [--iterations N] [--warmup N] [--scale N] [--h2d-gbps X] "
-               "[--d2h-gbps X] [--recompute] TRACE\n"
+               "[--d2h-gbps X] [--recompute] [--no-iteration-marks] TRACE\n"
                "  TRACE        a DTR op log (JSON lines, gzip or not) or a trace written by "
                "libdelta.so (DELTA_TRACE)\n"
                "  --iterations total iterations played (default 3); --warmup: the first N not "
@@ -82,7 +83,9 @@ struct Options {
                "times stay the real job's\n"
                "  --h2d-gbps, --d2h-gbps  the real job's host link, GB/s (default 12): cudasim is "
                "given it divided by --scale\n"
-               "  --recompute  register every recomputable result with libdelta.so (delta.h)\n",
+               "  --recompute  register every recomputable result with libdelta.so (delta.h)\n"
+               "  --no-iteration-marks  do not call delta_mark_iteration: the shim must find the "
+               "iterations itself, as in a program that does not mark them\n",
                why.c_str());
   std::exit(2);
 }
@@ -213,7 +216,7 @@ class Player {
     if (void* f = dlsym(RTLD_DEFAULT, "delta_is_dropped"))
       isDropped_ = reinterpret_cast<int (*)(const void*)>(f);
     // Where iterations start, as a framework's training loop says it (delta learns from it).
-    if (void* f = dlsym(RTLD_DEFAULT, "delta_mark_iteration"))
+    if (void* f = dlsym(RTLD_DEFAULT, "delta_mark_iteration"); f != nullptr && options.iterationMarks)
       markIteration_ = reinterpret_cast<int (*)()>(f);
     if (options.recompute) {
       if (void* f = dlsym(RTLD_DEFAULT, "delta_register_recompute"))
@@ -493,6 +496,8 @@ int main(int argc, char** argv) {
     double number = 0;
     if (arg == "--recompute") {
       o.recompute = true;
+    } else if (arg == "--no-iteration-marks") {
+      o.iterationMarks = false;
     } else if (arg == "--iterations" || arg == "--warmup" || arg == "--scale" || arg == "--break-token") {
       const std::string v = value();
       if (!parseNumber(v, &number) || number != std::floor(number) || number > 1e9)
