@@ -491,6 +491,54 @@ CUresult DeviceMemory::retainHandle(CUdeviceptr address, CUmemGenericAllocationH
   return CUDA_SUCCESS;
 }
 
+CUresult DeviceMemory::allocateChunk(uint64_t bytes, CUdeviceptr* out) {
+  if (bytes == 0 || bytes % kGranularity != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(mutex_);
+  if (!fits(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  // Pools are built on the driver's virtual memory management: physical memory in as many
+  // pieces as a fragmented device has, mapped behind one granularity-aligned range.
+  Chunk chunk{bytes + kPageSize, pool_.allocatePieces(bytes, kPageSize)};
+  if (chunk.pieces.empty()) return CUDA_ERROR_OUT_OF_MEMORY;
+  auto address = addresses_.allocate(chunk.addressBytes, kGranularity);
+  if (!address) {
+    for (const auto& [offset, pieceBytes] : chunk.pieces) pool_.release(offset, pieceBytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  uint64_t cursor = *address;
+  for (const auto& [offset, pieceBytes] : chunk.pieces) {
+    if (!mapFile(cursor, pieceBytes, poolFd_, offset, PROT_READ | PROT_WRITE))
+      die("mapping device memory failed (too many mappings? see vm.max_map_count)");
+    cursor += pieceBytes;
+  }
+  used_ += bytes;
+  chunks_.emplace(*address, std::move(chunk));
+  *out = *address;
+  return CUDA_SUCCESS;
+}
+
+void DeviceMemory::freeChunk(CUdeviceptr address) {
+  std::lock_guard lock(mutex_);
+  auto it = chunks_.find(address);
+  if (it == chunks_.end()) return;
+  const uint64_t bytes = it->second.addressBytes - kPageSize;
+  makeInaccessible(address, bytes);
+  for (const auto& [offset, pieceBytes] : it->second.pieces) pool_.release(offset, pieceBytes);
+  used_ -= bytes;
+  addresses_.release(address, it->second.addressBytes);
+  chunks_.erase(it);
+}
+
+void DeviceMemory::addSubAllocation(CUdeviceptr address, uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  regions_[address] = Region{bytes, 0, RegionKind::kSubAllocation, 0, 0, nextSerial_++};
+}
+
+void DeviceMemory::removeSubAllocation(CUdeviceptr address) {
+  std::lock_guard lock(mutex_);
+  auto it = regions_.find(address);
+  if (it != regions_.end() && it->second.kind == RegionKind::kSubAllocation) regions_.erase(it);
+}
+
 CUresult DeviceMemory::ipcExport(CUdeviceptr address, CUipcMemHandle* out) {
   std::lock_guard lock(mutex_);
   auto it = regionContaining(address, 1);

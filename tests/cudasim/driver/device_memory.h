@@ -76,13 +76,23 @@ class DeviceMemory {
   // The value every page of the range has; CU_DEVICE_INVALID (0 for read-mostly) when they differ.
   CUresult rangeAttribute(uint64_t address, uint64_t bytes, RangeAttribute attribute, int* value);
 
+  // Memory pools (memory_pool.h). A pool takes its backing in chunks: physical memory mapped
+  // read-write at a granularity-aligned range, counted as used device memory, but no allocation
+  // of its own (a chunk is not a device pointer). The pool's allocations inside a chunk are
+  // registered as sub-allocations, which copies, memsets and cuMemGetAddressRange see as they
+  // see cuMemAlloc memory. Unregistering one changes no mapping: only freeing the chunk does.
+  CUresult allocateChunk(uint64_t bytes, CUdeviceptr* out);
+  void freeChunk(CUdeviceptr address);
+  void addSubAllocation(CUdeviceptr address, uint64_t bytes);
+  void removeSubAllocation(CUdeviceptr address);
+
   // Legacy IPC, for cuMemAlloc memory only.
   CUresult ipcExport(CUdeviceptr address, CUipcMemHandle* out);
   CUresult ipcOpen(const CUipcMemHandle& handle, CUdeviceptr* out);
   CUresult ipcClose(CUdeviceptr address);
 
  private:
-  enum class RegionKind { kAllocation, kReservation, kImport, kManaged };
+  enum class RegionKind { kAllocation, kReservation, kImport, kManaged, kSubAllocation };
   // One attribute over the pages of a managed allocation, piecewise constant: each entry holds
   // from its page offset to the next entry's (the first entry is at offset 0).
   using PageValues = std::map<uint64_t, int>;
@@ -115,6 +125,10 @@ class DeviceMemory {
     uint64_t bytes;
     CUmemGenericAllocationHandle handle;
   };
+  struct Chunk {
+    uint64_t addressBytes;  // guard page included
+    std::vector<std::pair<uint64_t, uint64_t>> pieces;  // physical offset, bytes
+  };
 
   std::map<uint64_t, Region>::iterator regionContaining(uint64_t address, uint64_t bytes);
   // True when `bytes` more physical memory can be had (mutex_ held).
@@ -142,6 +156,7 @@ class DeviceMemory {
   std::map<uint64_t, Region> regions_;
   std::map<uint64_t, Mapping> mappings_;
   std::map<CUmemGenericAllocationHandle, Physical> physicals_;
+  std::map<uint64_t, Chunk> chunks_;
 };
 
 }  // namespace cudasim

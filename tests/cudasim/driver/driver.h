@@ -9,6 +9,7 @@
 #include "device_memory.h"
 #include "host_memory.h"
 #include "kernel_registry.h"
+#include "memory_pool.h"
 #include "stream_engine.h"
 
 namespace cudasim {
@@ -16,9 +17,10 @@ namespace cudasim {
 // Created by the first successful cuInit and never destroyed: worker threads may still be
 // running work while the process exits, as on a GPU.
 struct Driver {
-  explicit Driver(uint64_t capacity) : memory(capacity) {}
+  explicit Driver(uint64_t capacity) : memory(capacity), pools(memory, streams) {}
   DeviceMemory memory;
   StreamEngine streams;
+  MemoryPools pools;  // after what it uses
   HostMemory host;
 };
 

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -150,6 +151,25 @@ bool isDeviceAddress(uint64_t address) { return the().memory.inAddressSpace(addr
 
 enum class Wait { kNever, kAlways, kUnlessPinned };
 
+// The shape of a copy: `height` rows of `width` bytes, each side's rows `pitch` bytes apart
+// (one row for the linear copies).
+struct Shape {
+  size_t width;
+  size_t height;
+  size_t dstPitch;
+  size_t srcPitch;
+  size_t bytes() const { return width * height; }
+  size_t dstSpan() const { return height == 0 ? 0 : (height - 1) * dstPitch + width; }
+  size_t srcSpan() const { return height == 0 ? 0 : (height - 1) * srcPitch + width; }
+};
+
+void copyRows(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t width,
+              size_t height) {
+  for (size_t row = 0; row < height; ++row)
+    std::memcpy(static_cast<std::byte*>(dst) + row * dstPitch,
+                static_cast<const std::byte*>(src) + row * srcPitch, width);
+}
+
 // One copy. `dstDevice`/`srcDevice` say which side is device memory (checked); `async`
 // says whether the call is an ...Async one. When it returns to the caller follows the CUDA
 // documentation on API synchronisation behaviour:
@@ -157,12 +177,15 @@ enum class Wait { kNever, kAlways, kUnlessPinned };
 //   when the copy is done;
 // - device to host: returns when done, unless async into pinned memory;
 // - device to device: never waits for the host.
-CUresult copy(const char* call, void* dst, const void* src, size_t bytes, bool dstDevice,
-              bool srcDevice, CUstream handle, bool async, bool perThread) {
+CUresult copyShaped(const char* call, void* dst, const void* src, Shape shape, bool dstDevice,
+                    bool srcDevice, CUstream handle, bool async, bool perThread) {
   REQUIRE(ready());
-  if (dstDevice && !deviceRange(reinterpret_cast<CUdeviceptr>(dst), bytes))
+  const size_t bytes = shape.bytes();
+  const size_t dstSpan = shape.dstSpan();
+  const size_t srcSpan = shape.srcSpan();
+  if (dstDevice && !deviceRange(reinterpret_cast<CUdeviceptr>(dst), dstSpan))
     return CUDA_ERROR_INVALID_VALUE;
-  if (srcDevice && !deviceRange(reinterpret_cast<CUdeviceptr>(src), bytes))
+  if (srcDevice && !deviceRange(reinterpret_cast<CUdeviceptr>(src), srcSpan))
     return CUDA_ERROR_INVALID_VALUE;
   if ((!dstDevice && dst == nullptr) || (!srcDevice && src == nullptr))
     return CUDA_ERROR_INVALID_VALUE;
@@ -180,8 +203,8 @@ CUresult copy(const char* call, void* dst, const void* src, size_t bytes, bool d
   item.delayUs = faults().slowCopyUs.load(std::memory_order_relaxed);
   // GPU time (timing.h): host copies on their direction's copy engine, device copies on the
   // compute engine; pageable host memory at half the bandwidth, and waited for.
-  const bool pageable = (!srcDevice && !the().host.isPinned(src, bytes)) ||
-                        (!dstDevice && !the().host.isPinned(dst, bytes));
+  const bool pageable = (!srcDevice && !the().host.isPinned(src, srcSpan)) ||
+                        (!dstDevice && !the().host.isPinned(dst, dstSpan));
   item.engine = direction == CopyDirection::kHostToDevice   ? Engine::kHostToDevice
                 : direction == CopyDirection::kDeviceToHost ? Engine::kDeviceToHost
                 : srcDevice && dstDevice                    ? Engine::kCompute
@@ -190,27 +213,34 @@ CUresult copy(const char* call, void* dst, const void* src, size_t bytes, bool d
   if (item.durationNs == 0) item.engine = Engine::kNone;
   const bool waitForPageable = item.durationNs > 0 && pageable;
   bool wait;
-  if (!srcDevice && dstDevice && !the().host.isPinned(src, bytes)) {
+  if (!srcDevice && dstDevice && !the().host.isPinned(src, srcSpan)) {
     // The real driver stages pageable sources through small buffers of its own, allocated
-    // once; cudasim copies the whole source at call time instead. When the host has no memory
-    // for that copy, the real driver would still succeed: copy from the source itself, and
-    // return once that is done (the source may be reused at once, as with staging).
+    // once; cudasim copies the whole source at call time instead (its rows packed). When the
+    // host has no memory for that copy, the real driver would still succeed: copy from the
+    // source itself, and return once that is done (the source may be reused at once, as with
+    // staging).
     std::shared_ptr<std::vector<std::byte>> staged;
     try {
-      staged = std::make_shared<std::vector<std::byte>>(
-          static_cast<const std::byte*>(src), static_cast<const std::byte*>(src) + bytes);
-      item.run = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
+      staged = std::make_shared<std::vector<std::byte>>(bytes);
+      copyRows(staged->data(), shape.width, src, shape.srcPitch, shape.width, shape.height);
+      item.run = [dst, staged, shape] {
+        copyRows(dst, shape.dstPitch, staged->data(), shape.width, shape.width, shape.height);
+      };
       wait = !async;
     } catch (const std::bad_alloc&) {
-      item.run = [dst, src, bytes] { std::memcpy(dst, src, bytes); };
+      item.run = [dst, src, shape] {
+        copyRows(dst, shape.dstPitch, src, shape.srcPitch, shape.width, shape.height);
+      };
       wait = true;
     }
   } else {
-    item.run = [dst, src, bytes] { std::memcpy(dst, src, bytes); };
+    item.run = [dst, src, shape] {
+      copyRows(dst, shape.dstPitch, src, shape.srcPitch, shape.width, shape.height);
+    };
     if (srcDevice && dstDevice)
       wait = false;
     else if (srcDevice)
-      wait = !async || !the().host.isPinned(dst, bytes);
+      wait = !async || !the().host.isPinned(dst, dstSpan);
     else if (dstDevice)
       wait = !async;
     else
@@ -221,6 +251,58 @@ CUresult copy(const char* call, void* dst, const void* src, size_t bytes, bool d
   else
     the().streams.submit(target, std::move(item));
   return CUDA_SUCCESS;
+}
+
+CUresult copy(const char* call, void* dst, const void* src, size_t bytes, bool dstDevice,
+              bool srcDevice, CUstream handle, bool async, bool perThread) {
+  return copyShaped(call, dst, src, Shape{bytes, 1, bytes, bytes}, dstDevice, srcDevice, handle,
+                    async, perThread);
+}
+
+// What CU_DEVICE_ATTRIBUTE_MAX_PITCH says.
+constexpr size_t kMaxPitch = 2147483647;
+
+// cuMemcpy2D / cuMemcpy2DAsync. cudasim has no CUDA arrays, so an array side is not supported.
+CUresult copy2D(const char* call, const CUDA_MEMCPY2D* p, CUstream handle, bool async,
+                bool perThread) {
+  REQUIRE(ready());
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  // Every row must fit in its pitch, and pitches stay within what the device allows.
+  if (p->srcPitch < p->WidthInBytes || p->dstPitch < p->WidthInBytes || p->srcPitch > kMaxPitch ||
+      p->dstPitch > kMaxPitch)
+    return CUDA_ERROR_INVALID_VALUE;
+  auto side = [](CUmemorytype type, const void* host, CUdeviceptr device, size_t x, size_t y,
+                 size_t pitch, const std::byte** at, bool* isDevice) {
+    const size_t offset = y * pitch + x;
+    switch (type) {
+      case CU_MEMORYTYPE_HOST:
+        *at = host ? static_cast<const std::byte*>(host) + offset : nullptr;
+        *isDevice = false;
+        return CUDA_SUCCESS;
+      case CU_MEMORYTYPE_DEVICE:
+        *at = reinterpret_cast<const std::byte*>(device + offset);
+        *isDevice = true;
+        return CUDA_SUCCESS;
+      case CU_MEMORYTYPE_UNIFIED:  // the address alone tells
+        *at = device ? reinterpret_cast<const std::byte*>(device + offset) : nullptr;
+        *isDevice = isDeviceAddress(device);
+        return CUDA_SUCCESS;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+  };
+  const std::byte* src = nullptr;
+  const std::byte* dst = nullptr;
+  bool srcDevice = false, dstDevice = false;
+  REQUIRE(side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcPitch,
+               &src, &srcDevice));
+  REQUIRE(side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstPitch,
+               &dst, &dstDevice));
+  return copyShaped(call, const_cast<std::byte*>(dst), src,
+                    Shape{p->WidthInBytes, p->Height, p->dstPitch, p->srcPitch}, dstDevice,
+                    srcDevice, handle, async, perThread);
 }
 
 // cuMemcpy / cuMemcpyAsync: unified addressing tells the direction.
@@ -330,6 +412,7 @@ CUresult streamSynchronize(CUstream handle, bool perThread) {
   std::shared_ptr<Stream> target;
   REQUIRE(stream(handle, perThread, &target));
   target->waitUntil(target->lastSubmitted());
+  the().pools.synchronized();  // a point where pools give back what they hold too much of
   return CUDA_SUCCESS;
 }
 
@@ -441,6 +524,63 @@ CUresult prefetch(const char* call, CUdeviceptr devPtr, size_t count,
   the().streams.submit(target, std::move(item));
   return CUDA_SUCCESS;
 }
+
+// Stream-ordered allocation (memory_pool.h). Calls on the NULL, legacy or per-thread stream
+// need a current context; an explicit stream does not (pools belong to no context).
+CUresult orderedStream(CUstream handle, bool perThread, std::shared_ptr<Stream>* out) {
+  const bool implicit = handle == nullptr || handle == CU_STREAM_LEGACY ||
+                        handle == CU_STREAM_PER_THREAD;
+  REQUIRE(implicit ? ready() : initialized());
+  return stream(handle, perThread, out);
+}
+
+CUresult allocAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, bool currentPool,
+                    CUstream handle, bool perThread) {
+  REQUIRE(initialized());
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> target;
+  REQUIRE(orderedStream(handle, perThread, &target));
+  if (currentPool) pool = the().pools.currentPool();
+  return the().pools.allocate(pool, bytes, target, dptr);
+}
+
+CUresult freeAsync(CUdeviceptr dptr, CUstream handle, bool perThread) {
+  REQUIRE(initialized());
+  std::shared_ptr<Stream> target;
+  REQUIRE(orderedStream(handle, perThread, &target));
+  return the().pools.freeAsync(dptr, target);
+}
+
+CUresult validPoolProps(const CUmemPoolProps* props) {
+  if (props == nullptr || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      props->win32SecurityAttributes != nullptr)
+    return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned char byte : props->reserved)
+    if (byte != 0) return CUDA_ERROR_INVALID_VALUE;
+  switch (props->location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+      if (props->location.id < 0 || props->location.id >= gDeviceCount)
+        return CUDA_ERROR_INVALID_VALUE;
+      break;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+      // cudasim reports CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED 0.
+      return CUDA_ERROR_NOT_SUPPORTED;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  // Pools are not exportable here (CU_DEVICE_ATTRIBUTE_MEMORY_POOL_SUPPORTED_HANDLE_TYPES 0),
+  // nor for decompression.
+  if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE) return CUDA_ERROR_NOT_SUPPORTED;
+  if (props->usage & ~unsigned(CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS)) return CUDA_ERROR_INVALID_VALUE;
+  if (props->usage != 0) return CUDA_ERROR_NOT_SUPPORTED;
+  return CUDA_SUCCESS;
+}
+
+// The real pitch of cuMemAllocPitch: rows start on 512-byte boundaries, as on current GPUs
+// (CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT; the texture pitch alignment, 32, is the weaker
+// guarantee they also meet).
+constexpr size_t kPitchAlignment = 512;
 
 CUresult validAllocationProp(const CUmemAllocationProp* prop) {
   if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
@@ -648,6 +788,10 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevi
       case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *pi = 1; break;
       case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *pi = 1; break;
       case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *pi = 1; break;
+      case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *pi = 1; break;
+      case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *pi = static_cast<int>(kMaxPitch); break;
+      case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *pi = 512; break;
+      case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *pi = 32; break;
       default: *pi = 0; break;
     }
     return CUDA_SUCCESS;
@@ -740,6 +884,7 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
                     nullptr, []() -> CUresult {
                       REQUIRE(ready());
                       the().streams.synchronizeAll();
+                      the().pools.synchronized();
                       return CUDA_SUCCESS;
                     });
 }
@@ -771,10 +916,193 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   DRIVER_CALL(cuMemFree_v2, nullptr, {
     REQUIRE(ready());
     if (dptr == 0) return CUDA_SUCCESS;
+    // Pool memory is freed at once, without synchronisation (documented: the caller makes
+    // sure nothing still uses it).
+    const CUresult pooled = the().pools.freeNow(dptr);
+    if (pooled != CUDA_ERROR_NOT_FOUND) return pooled;
     // The real call synchronises the device first, so that no queued work still uses it.
     the().streams.synchronizeAll();
     return the().memory.free(dptr);
   }, dptr);
+}
+
+CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes,
+                                    size_t Height, unsigned int ElementSizeBytes) {
+  DRIVER_CALL(cuMemAllocPitch_v2, nullptr, {
+    REQUIRE(ready());
+    if (dptr == nullptr || pPitch == nullptr || WidthInBytes == 0 || Height == 0 ||
+        (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
+      return CUDA_ERROR_INVALID_VALUE;
+    const size_t pitch = (WidthInBytes + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
+    if (pitch > kMaxPitch || Height > SIZE_MAX / pitch) return CUDA_ERROR_INVALID_VALUE;
+    REQUIRE(the().memory.allocate(pitch * Height, dptr));
+    *pPitch = pitch;
+    return CUDA_SUCCESS;
+  }, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+}
+
+// ---- stream-ordered allocation and memory pools -----------------------------------------
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  DRIVER_CALL(cuMemAllocAsync, nullptr, {
+    return allocAsync(dptr, bytesize, nullptr, true, hStream, kLegacy);
+  }, dptr, bytesize, hStream);
+}
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  DRIVER_CALL(cuMemAllocAsync_ptsz, nullptr, {
+    return allocAsync(dptr, bytesize, nullptr, true, hStream, kPerThread);
+  }, dptr, bytesize, hStream);
+}
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                         CUstream hStream) {
+  DRIVER_CALL(cuMemAllocFromPoolAsync, nullptr, {
+    return allocAsync(dptr, bytesize, pool, false, hStream, kLegacy);
+  }, dptr, bytesize, pool, hStream);
+}
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
+                                              CUmemoryPool pool, CUstream hStream) {
+  DRIVER_CALL(cuMemAllocFromPoolAsync_ptsz, nullptr, {
+    return allocAsync(dptr, bytesize, pool, false, hStream, kPerThread);
+  }, dptr, bytesize, pool, hStream);
+}
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  DRIVER_CALL(cuMemFreeAsync, nullptr, { return freeAsync(dptr, hStream, kLegacy); }, dptr, hStream);
+}
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  DRIVER_CALL(cuMemFreeAsync_ptsz, nullptr, { return freeAsync(dptr, hStream, kPerThread); }, dptr, hStream);
+}
+
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
+  DRIVER_CALL(cuMemPoolCreate, nullptr, {
+    REQUIRE(initialized());
+    if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    REQUIRE(validPoolProps(poolProps));
+    return the().pools.create(*poolProps, pool);
+  }, pool, poolProps);
+}
+
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
+  DRIVER_CALL(cuMemPoolDestroy, nullptr, {
+    REQUIRE(initialized());
+    return the().pools.destroy(pool);
+  }, pool);
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  DRIVER_CALL(cuMemPoolSetAttribute, nullptr, {
+    REQUIRE(initialized());
+    return the().pools.setAttribute(pool, attr, value);
+  }, pool, attr, value);
+}
+
+CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  DRIVER_CALL(cuMemPoolGetAttribute, nullptr, {
+    REQUIRE(initialized());
+    return the().pools.getAttribute(pool, attr, value);
+  }, pool, attr, value);
+}
+
+CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+  DRIVER_CALL(cuMemPoolTrimTo, nullptr, {
+    REQUIRE(initialized());
+    return the().pools.trimTo(pool, minBytesToKeep);
+  }, pool, minBytesToKeep);
+}
+
+// One device: a pool is always accessible, read-write, from the device it lives on, and that
+// cannot be changed; there is no other device to grant access to.
+CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+  DRIVER_CALL(cuMemPoolSetAccess, nullptr, {
+    REQUIRE(initialized());
+    if (!the().pools.isPool(pool) || (map == nullptr && count != 0)) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; ++i) {
+      if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+      if (map[i].location.id < 0 || map[i].location.id >= gDeviceCount)
+        return CUDA_ERROR_INVALID_DEVICE;
+      if (map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+  }, pool, map, count);
+}
+
+CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool memPool,
+                                    CUmemLocation* location) {
+  DRIVER_CALL(cuMemPoolGetAccess, nullptr, {
+    REQUIRE(initialized());
+    if (flags == nullptr || location == nullptr || !the().pools.isPool(memPool))
+      return CUDA_ERROR_INVALID_VALUE;
+    if (location->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    if (location->id < 0 || location->id >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+    *flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return CUDA_SUCCESS;
+  }, flags, memPool, location);
+}
+
+CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool_out, CUdevice dev) {
+  DRIVER_CALL(cuDeviceGetDefaultMemPool, nullptr, {
+    REQUIRE(initialized());
+    if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+    *pool_out = the().pools.defaultPool();
+    return CUDA_SUCCESS;
+  }, pool_out, dev);
+}
+
+CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
+  DRIVER_CALL(cuDeviceGetMemPool, nullptr, {
+    REQUIRE(initialized());
+    if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = the().pools.currentPool();
+    return CUDA_SUCCESS;
+  }, pool, dev);
+}
+
+CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+  DRIVER_CALL(cuDeviceSetMemPool, nullptr, {
+    REQUIRE(initialized());
+    if (dev < 0 || dev >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+    return the().pools.setCurrentPool(pool);
+  }, dev, pool);
+}
+
+// Sharing pools between processes is not simulated (no pool is created exportable).
+CUresult CUDAAPI cuMemPoolExportToShareableHandle(void* handle_out, CUmemoryPool pool,
+                                                  CUmemAllocationHandleType handleType,
+                                                  unsigned long long flags) {
+  DRIVER_CALL(cuMemPoolExportToShareableHandle, nullptr, {
+    REQUIRE(initialized());
+    if (handle_out == nullptr || !the().pools.isPool(pool)) return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }, handle_out, pool, handleType, flags);
+}
+
+CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool* pool_out, void* handle,
+                                                    CUmemAllocationHandleType handleType,
+                                                    unsigned long long flags) {
+  DRIVER_CALL(cuMemPoolImportFromShareableHandle, nullptr, {
+    REQUIRE(initialized());
+    if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }, pool_out, handle, handleType, flags);
+}
+
+CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData* shareData_out, CUdeviceptr ptr) {
+  DRIVER_CALL(cuMemPoolExportPointer, nullptr, {
+    REQUIRE(initialized());
+    if (shareData_out == nullptr || the().pools.poolOf(ptr) == nullptr)
+      return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }, shareData_out, ptr);
+}
+
+CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr* ptr_out, CUmemoryPool pool,
+                                        CUmemPoolPtrExportData* shareData) {
+  DRIVER_CALL(cuMemPoolImportPointer, nullptr, {
+    REQUIRE(initialized());
+    if (ptr_out == nullptr || shareData == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }, ptr_out, pool, shareData);
 }
 
 // ---- managed memory ---------------------------------------------------------------------
@@ -880,6 +1208,9 @@ CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute
         return CUDA_SUCCESS;
       case CU_POINTER_ATTRIBUTE_CONTEXT:
         *static_cast<CUcontext*>(data) = kPrimaryHandle;
+        return CUDA_SUCCESS;
+      case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *static_cast<CUmemoryPool*>(data) = device ? the().pools.poolOf(ptr) : nullptr;
         return CUDA_SUCCESS;
       case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
       case CU_POINTER_ATTRIBUTE_HOST_POINTER:
@@ -1160,6 +1491,35 @@ CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr sr
   }, dstDevice, srcDevice, ByteCount, hStream);
 }
 
+CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D* pCopy) {
+  DRIVER_CALL(cuMemcpy2D_v2, nullptr,
+              { return copy2D("cuMemcpy2D_v2", pCopy, nullptr, false, kLegacy); }, pCopy);
+}
+CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* pCopy) {
+  DRIVER_CALL(cuMemcpy2D_v2_ptds, nullptr,
+              { return copy2D("cuMemcpy2D_v2_ptds", pCopy, nullptr, false, kPerThread); }, pCopy);
+}
+// Unaligned: the real driver takes a slower path where pitches defeat its fast one; here every
+// copy is a CPU copy, so it is the same copy.
+CUresult CUDAAPI cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* pCopy) {
+  DRIVER_CALL(cuMemcpy2DUnaligned_v2, nullptr,
+              { return copy2D("cuMemcpy2DUnaligned_v2", pCopy, nullptr, false, kLegacy); }, pCopy);
+}
+CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* pCopy) {
+  DRIVER_CALL(cuMemcpy2DUnaligned_v2_ptds, nullptr, {
+    return copy2D("cuMemcpy2DUnaligned_v2_ptds", pCopy, nullptr, false, kPerThread);
+  }, pCopy);
+}
+CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* pCopy, CUstream hStream) {
+  DRIVER_CALL(cuMemcpy2DAsync_v2, nullptr,
+              { return copy2D("cuMemcpy2DAsync_v2", pCopy, hStream, true, kLegacy); }, pCopy, hStream);
+}
+CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* pCopy, CUstream hStream) {
+  DRIVER_CALL(cuMemcpy2DAsync_v2_ptsz, nullptr,
+              { return copy2D("cuMemcpy2DAsync_v2_ptsz", pCopy, hStream, true, kPerThread); },
+              pCopy, hStream);
+}
+
 CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
   DRIVER_CALL(cuMemsetD8_v2, nullptr, { return memset("cuMemsetD8_v2", dstDevice, uc, N, nullptr, kLegacy); }, dstDevice, uc, N);
 }
@@ -1292,7 +1652,9 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
   DRIVER_CALL(cuEventSynchronize, nullptr, {
     REQUIRE(ready());
-    return the().streams.synchronizeEvent(hEvent);
+    REQUIRE(the().streams.synchronizeEvent(hEvent));
+    the().pools.synchronized();
+    return CUDA_SUCCESS;
   }, hEvent);
 }
 

@@ -7,6 +7,7 @@
 // Private services (kernel registration, the CUPTI slot) come from cuGetExportTable.
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -41,7 +42,11 @@ struct DriverApi {
   X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord)    \
   X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime_v2) X(cuLaunchKernel)                \
   X(cuLaunchKernelEx) X(cuLaunchHostFunc) X(cuFuncGetParamInfo) X(cuFuncGetName)                  \
-  X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) X(cuGetProcAddress_v2)
+  X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) X(cuGetProcAddress_v2)      \
+  X(cuMemAllocPitch_v2) X(cuMemcpy2D_v2) X(cuMemcpy2DAsync_v2) X(cuMemAllocAsync)                 \
+  X(cuMemAllocFromPoolAsync) X(cuMemFreeAsync) X(cuMemPoolCreate) X(cuMemPoolDestroy)             \
+  X(cuMemPoolSetAttribute) X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuMemPoolSetAccess)      \
+  X(cuMemPoolGetAccess) X(cuDeviceGetDefaultMemPool) X(cuDeviceGetMemPool) X(cuDeviceSetMemPool)
   DRIVER_FUNCTIONS(DRIVER_FUNCTION)
 #undef DRIVER_FUNCTION
 };
@@ -262,6 +267,43 @@ cudaError_t copyKind(void* dst, const void* src, size_t count, cudaMemcpyKind ki
   return cudaErrorInvalidMemcpyDirection;
 }
 
+// What CU_DEVICE_ATTRIBUTE_MAX_PITCH says.
+constexpr size_t kMaxPitch = 2147483647;
+
+cudaError_t copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                   size_t height, cudaMemcpyKind kind, cudaStream_t stream, bool async) {
+  if (dpitch < width || spitch < width || dpitch > kMaxPitch || spitch > kMaxPitch)
+    return cudaErrorInvalidPitchValue;
+  CUmemorytype dstType, srcType;
+  switch (kind) {
+    case cudaMemcpyHostToHost: dstType = srcType = CU_MEMORYTYPE_HOST; break;
+    case cudaMemcpyHostToDevice: srcType = CU_MEMORYTYPE_HOST, dstType = CU_MEMORYTYPE_DEVICE; break;
+    case cudaMemcpyDeviceToHost: srcType = CU_MEMORYTYPE_DEVICE, dstType = CU_MEMORYTYPE_HOST; break;
+    case cudaMemcpyDeviceToDevice: dstType = srcType = CU_MEMORYTYPE_DEVICE; break;
+    case cudaMemcpyDefault: dstType = srcType = CU_MEMORYTYPE_UNIFIED; break;
+    default: return cudaErrorInvalidMemcpyDirection;
+  }
+  CUDA_MEMCPY2D p{};
+  p.srcMemoryType = srcType;
+  p.srcHost = src;
+  p.srcDevice = reinterpret_cast<CUdeviceptr>(src);
+  p.srcPitch = spitch;
+  p.dstMemoryType = dstType;
+  p.dstHost = dst;
+  p.dstDevice = reinterpret_cast<CUdeviceptr>(dst);
+  p.dstPitch = dpitch;
+  p.WidthInBytes = width;
+  p.Height = height;
+  return async ? DRIVE(cuMemcpy2DAsync_v2, &p, driverStream(stream)) : DRIVE(cuMemcpy2D_v2, &p);
+}
+
+// The runtime's pool types are the driver's, by value and layout.
+static_assert(sizeof(cudaMemPoolProps) == sizeof(CUmemPoolProps));
+static_assert(sizeof(cudaMemAccessDesc) == sizeof(CUmemAccessDesc));
+static_assert(sizeof(cudaMemLocation) == sizeof(CUmemLocation));
+static_assert(int(cudaMemPoolAttrUsedMemHigh) == int(CU_MEMPOOL_ATTR_USED_MEM_HIGH));
+CUmemoryPool driverPool(cudaMemPool_t pool) { return reinterpret_cast<CUmemoryPool>(pool); }
+
 }  // namespace
 }  // namespace cudasim
 
@@ -426,6 +468,142 @@ cudaError_t CUDARTAPI cudaFree(void* devPtr) {
     if (devPtr == nullptr) return cudaSuccess;
     return DRIVE(cuMemFree_v2, reinterpret_cast<CUdeviceptr>(devPtr));
   }, devPtr);
+}
+
+cudaError_t CUDARTAPI cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
+  RUNTIME_CALL(cudaMallocPitch_v3020, {
+    if (devPtr == nullptr || pitch == nullptr) return cudaErrorInvalidValue;
+    CUdeviceptr address = 0;
+    cudaError_t error = DRIVE(cuMemAllocPitch_v2, &address, pitch, width, height, 4u);
+    *devPtr = error == cudaSuccess ? reinterpret_cast<void*>(address) : nullptr;
+    return error;
+  }, devPtr, pitch, width, height);
+}
+
+cudaError_t CUDARTAPI cudaMalloc3D(cudaPitchedPtr* pitchedDevPtr, cudaExtent extent) {
+  RUNTIME_CALL(cudaMalloc3D_v3020, {
+    if (pitchedDevPtr == nullptr) return cudaErrorInvalidValue;
+    // Each of the depth slices is height pitched rows: one pitched allocation of all the rows.
+    if (extent.depth != 0 && extent.height > SIZE_MAX / extent.depth) return cudaErrorInvalidValue;
+    CUdeviceptr address = 0;
+    size_t pitch = 0;
+    cudaError_t error = DRIVE(cuMemAllocPitch_v2, &address, &pitch, extent.width,
+                              extent.height * extent.depth, 4u);
+    if (error != cudaSuccess) return error;
+    pitchedDevPtr->ptr = reinterpret_cast<void*>(address);
+    pitchedDevPtr->pitch = pitch;
+    pitchedDevPtr->xsize = extent.width;
+    pitchedDevPtr->ysize = extent.height;
+    return cudaSuccess;
+  }, pitchedDevPtr, extent);
+}
+
+cudaError_t CUDARTAPI cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                   size_t width, size_t height, cudaMemcpyKind kind) {
+  RUNTIME_CALL(cudaMemcpy2D_v3020, {
+    return copy2D(dst, dpitch, src, spitch, width, height, kind, nullptr, false);
+  }, dst, dpitch, src, spitch, width, height, kind);
+}
+
+cudaError_t CUDARTAPI cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                        size_t width, size_t height, cudaMemcpyKind kind,
+                                        cudaStream_t stream) {
+  RUNTIME_CALL(cudaMemcpy2DAsync_v3020, {
+    return copy2D(dst, dpitch, src, spitch, width, height, kind, stream, true);
+  }, dst, dpitch, src, spitch, width, height, kind, stream);
+}
+
+// ---- stream-ordered allocation and memory pools -----------------------------------------
+
+cudaError_t CUDARTAPI cudaMallocAsync(void** devPtr, size_t size, cudaStream_t hStream) {
+  RUNTIME_CALL(cudaMallocAsync_v11020, {
+    if (devPtr == nullptr) return cudaErrorInvalidValue;
+    CUdeviceptr address = 0;
+    cudaError_t error = DRIVE(cuMemAllocAsync, &address, size, driverStream(hStream));
+    *devPtr = error == cudaSuccess ? reinterpret_cast<void*>(address) : nullptr;
+    return error;
+  }, devPtr, size, hStream);
+}
+
+cudaError_t CUDARTAPI cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t memPool,
+                                              cudaStream_t stream) {
+  RUNTIME_CALL(cudaMallocFromPoolAsync_v11020, {
+    if (ptr == nullptr) return cudaErrorInvalidValue;
+    CUdeviceptr address = 0;
+    cudaError_t error = DRIVE(cuMemAllocFromPoolAsync, &address, size, driverPool(memPool),
+                              driverStream(stream));
+    *ptr = error == cudaSuccess ? reinterpret_cast<void*>(address) : nullptr;
+    return error;
+  }, ptr, size, memPool, stream);
+}
+
+cudaError_t CUDARTAPI cudaFreeAsync(void* devPtr, cudaStream_t hStream) {
+  RUNTIME_CALL(cudaFreeAsync_v11020, {
+    return DRIVE(cuMemFreeAsync, reinterpret_cast<CUdeviceptr>(devPtr), driverStream(hStream));
+  }, devPtr, hStream);
+}
+
+cudaError_t CUDARTAPI cudaMemPoolCreate(cudaMemPool_t* memPool, const cudaMemPoolProps* poolProps) {
+  RUNTIME_CALL(cudaMemPoolCreate_v11020, {
+    return DRIVE(cuMemPoolCreate, reinterpret_cast<CUmemoryPool*>(memPool),
+                 reinterpret_cast<const CUmemPoolProps*>(poolProps));
+  }, memPool, poolProps);
+}
+
+cudaError_t CUDARTAPI cudaMemPoolDestroy(cudaMemPool_t memPool) {
+  RUNTIME_CALL(cudaMemPoolDestroy_v11020, { return DRIVE(cuMemPoolDestroy, driverPool(memPool)); }, memPool);
+}
+
+cudaError_t CUDARTAPI cudaMemPoolSetAttribute(cudaMemPool_t memPool, cudaMemPoolAttr attr, void* value) {
+  RUNTIME_CALL(cudaMemPoolSetAttribute_v11020, {
+    return DRIVE(cuMemPoolSetAttribute, driverPool(memPool), static_cast<CUmemPool_attribute>(attr), value);
+  }, memPool, attr, value);
+}
+
+cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t memPool, cudaMemPoolAttr attr, void* value) {
+  RUNTIME_CALL(cudaMemPoolGetAttribute_v11020, {
+    return DRIVE(cuMemPoolGetAttribute, driverPool(memPool), static_cast<CUmemPool_attribute>(attr), value);
+  }, memPool, attr, value);
+}
+
+cudaError_t CUDARTAPI cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep) {
+  RUNTIME_CALL(cudaMemPoolTrimTo_v11020, {
+    return DRIVE(cuMemPoolTrimTo, driverPool(memPool), minBytesToKeep);
+  }, memPool, minBytesToKeep);
+}
+
+cudaError_t CUDARTAPI cudaMemPoolSetAccess(cudaMemPool_t memPool, const cudaMemAccessDesc* descList,
+                                           size_t count) {
+  RUNTIME_CALL(cudaMemPoolSetAccess_v11020, {
+    return DRIVE(cuMemPoolSetAccess, driverPool(memPool),
+                 reinterpret_cast<const CUmemAccessDesc*>(descList), count);
+  }, memPool, descList, count);
+}
+
+cudaError_t CUDARTAPI cudaMemPoolGetAccess(cudaMemAccessFlags* flags, cudaMemPool_t memPool,
+                                           cudaMemLocation* location) {
+  RUNTIME_CALL(cudaMemPoolGetAccess_v11020, {
+    return DRIVE(cuMemPoolGetAccess, reinterpret_cast<CUmemAccess_flags*>(flags), driverPool(memPool),
+                 reinterpret_cast<CUmemLocation*>(location));
+  }, flags, memPool, location);
+}
+
+cudaError_t CUDARTAPI cudaDeviceGetDefaultMemPool(cudaMemPool_t* memPool, int device) {
+  RUNTIME_CALL(cudaDeviceGetDefaultMemPool_v11020, {
+    return DRIVE(cuDeviceGetDefaultMemPool, reinterpret_cast<CUmemoryPool*>(memPool), device);
+  }, memPool, device);
+}
+
+cudaError_t CUDARTAPI cudaDeviceGetMemPool(cudaMemPool_t* memPool, int device) {
+  RUNTIME_CALL(cudaDeviceGetMemPool_v11020, {
+    return DRIVE(cuDeviceGetMemPool, reinterpret_cast<CUmemoryPool*>(memPool), device);
+  }, memPool, device);
+}
+
+cudaError_t CUDARTAPI cudaDeviceSetMemPool(int device, cudaMemPool_t memPool) {
+  RUNTIME_CALL(cudaDeviceSetMemPool_v11020, {
+    return DRIVE(cuDeviceSetMemPool, device, driverPool(memPool));
+  }, device, memPool);
 }
 
 cudaError_t CUDARTAPI cudaMallocHost(void** ptr, size_t size) {
@@ -705,6 +883,26 @@ cudaError_t CUDARTAPI cudaMemcpy_ptds(void* dst, const void* src, size_t count, 
 cudaError_t CUDARTAPI cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count,
                                            cudaMemcpyKind kind, cudaStream_t stream) {
   PER_THREAD(cudaMemcpyAsync_ptsz_v7000, cudaMemcpyAsync(dst, src, count, kind, stream));
+}
+cudaError_t CUDARTAPI cudaMemcpy2D_ptds(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                        size_t width, size_t height, cudaMemcpyKind kind) {
+  PER_THREAD(cudaMemcpy2D_ptds_v7000, cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind));
+}
+cudaError_t CUDARTAPI cudaMemcpy2DAsync_ptsz(void* dst, size_t dpitch, const void* src,
+                                             size_t spitch, size_t width, size_t height,
+                                             cudaMemcpyKind kind, cudaStream_t stream) {
+  PER_THREAD(cudaMemcpy2DAsync_ptsz_v7000,
+             cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream));
+}
+cudaError_t CUDARTAPI cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t hStream) {
+  PER_THREAD(cudaMallocAsync_ptsz_v11020, cudaMallocAsync(devPtr, size, hStream));
+}
+cudaError_t CUDARTAPI cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size, cudaMemPool_t memPool,
+                                                   cudaStream_t stream) {
+  PER_THREAD(cudaMallocFromPoolAsync_ptsz_v11020, cudaMallocFromPoolAsync(ptr, size, memPool, stream));
+}
+cudaError_t CUDARTAPI cudaFreeAsync_ptsz(void* devPtr, cudaStream_t hStream) {
+  PER_THREAD(cudaFreeAsync_ptsz_v11020, cudaFreeAsync(devPtr, hStream));
 }
 cudaError_t CUDARTAPI cudaMemset_ptds(void* devPtr, int value, size_t count) {
   PER_THREAD(cudaMemset_ptds_v7000, cudaMemset(devPtr, value, count));
