@@ -286,6 +286,51 @@ TEST_F(Cupti, RuntimeCopyAndLaunchHostFuncIds) {
   EXPECT_EQ(Select(all, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020).size(), 2u);
 }
 
+TEST_F(Cupti, StreamOrderedAllocationAndPitchIds) {
+  ASSERT_RT(cudaSetDevice(0));
+  ASSERT_EQ(CUPTI_SUCCESS, cuptiEnableDomain(1, sub_, CUPTI_CB_DOMAIN_RUNTIME_API));
+  void* a = nullptr;
+  ASSERT_RT(cudaMallocAsync(&a, 4096, nullptr));
+  ASSERT_RT(cudaFreeAsync(a, nullptr));
+  void* p = nullptr;
+  size_t pitch = 0;
+  ASSERT_RT(cudaMallocPitch(&p, &pitch, 100, 4));
+  ASSERT_RT(cudaMemcpy2D(p, pitch, p, pitch, 100, 4, cudaMemcpyDeviceToDevice));
+  ASSERT_RT(cudaDeviceSynchronize());
+  ASSERT_RT(cudaFree(p));
+  ASSERT_EQ(CUPTI_SUCCESS, cuptiEnableDomain(0, sub_, CUPTI_CB_DOMAIN_RUNTIME_API));
+  // The driver's own ids, from direct driver calls (which driver calls the runtime makes for
+  // its own is its business).
+  ASSERT_EQ(CUPTI_SUCCESS, cuptiEnableDomain(1, sub_, CUPTI_CB_DOMAIN_DRIVER_API));
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAllocAsync(&d, 4096, nullptr));
+  ASSERT_CU(cuMemFreeAsync(d, nullptr));
+  ASSERT_CU(cuMemAllocPitch(&d, &pitch, 100, 4, 4));
+  CUDA_MEMCPY2D copy{};
+  copy.srcMemoryType = copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.srcDevice = copy.dstDevice = d;
+  copy.srcPitch = copy.dstPitch = pitch;
+  copy.WidthInBytes = 100;
+  copy.Height = 4;
+  ASSERT_CU(cuMemcpy2D(&copy));
+  ASSERT_CU(cuCtxSynchronize());
+  ASSERT_EQ(CUPTI_SUCCESS, cuptiEnableDomain(0, sub_, CUPTI_CB_DOMAIN_DRIVER_API));
+  ASSERT_CU(cuMemFree(d));
+  auto all = rec_.Take();
+  auto runtime = [&](CUpti_CallbackId id) {
+    return Select(all, CUPTI_CB_DOMAIN_RUNTIME_API, id).size();
+  };
+  auto driver = [&](CUpti_CallbackId id) { return Select(all, CUPTI_CB_DOMAIN_DRIVER_API, id).size(); };
+  EXPECT_EQ(runtime(CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020), 2u);
+  EXPECT_EQ(runtime(CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020), 2u);
+  EXPECT_EQ(runtime(CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020), 2u);
+  EXPECT_EQ(runtime(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_v3020), 2u);
+  EXPECT_EQ(driver(CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync), 2u);
+  EXPECT_EQ(driver(CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync), 2u);
+  EXPECT_EQ(driver(CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2), 2u);
+  EXPECT_EQ(driver(CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2), 2u);
+}
+
 TEST_F(Cupti, NoCallbacksAfterUnsubscribe) {
   ASSERT_EQ(CUPTI_SUCCESS, cuptiEnableDomain(1, sub_, CUPTI_CB_DOMAIN_DRIVER_API));
   ASSERT_EQ(CUPTI_SUCCESS, cuptiUnsubscribe(sub_));
