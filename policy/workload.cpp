@@ -73,12 +73,19 @@ Workload Workload::scaled(double factor) const {
     return static_cast<std::int64_t>(std::llround(static_cast<double>(ns) * factor));
   };
   for (WorkloadBuffer& b : w.buffers) {
-    if (!b.persistent) {
+    if (!b.persistent && b.scales_with_batch) {
       b.bytes = static_cast<std::uint64_t>(std::llround(static_cast<double>(b.bytes) * factor));
     }
-    if (b.recompute_ns != kUnknownNs) b.recompute_ns = scale(b.recompute_ns);
+    // A recompute re-runs the producer: it grows as the producer's time does.
+    const bool producer_scales =
+        b.producer >= 0 && static_cast<std::size_t>(b.producer) < ops.size()
+            ? ops[static_cast<std::size_t>(b.producer)].scales_with_batch
+            : b.scales_with_batch;
+    if (b.recompute_ns != kUnknownNs && producer_scales) b.recompute_ns = scale(b.recompute_ns);
   }
-  for (WorkloadOp& op : w.ops) op.compute_ns = scale(op.compute_ns);
+  for (WorkloadOp& op : w.ops) {
+    if (op.scales_with_batch) op.compute_ns = scale(op.compute_ns);
+  }
   return w;
 }
 

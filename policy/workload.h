@@ -21,6 +21,9 @@ struct WorkloadBuffer {
   bool persistent = false;
   std::int32_t producer = -1;              // op index; -1: none
   std::int64_t recompute_ns = kUnknownNs;  // kUnknownNs: not recomputable
+  // Whether scaled() grows it with the batch (persistent buffers never grow). Importers that
+  // know shapes clear it for what the batch does not size (gradients, optimizer state).
+  bool scales_with_batch = true;
 };
 
 struct WorkloadOp {
@@ -30,6 +33,7 @@ struct WorkloadOp {
   std::vector<BufferId> reads;
   std::vector<BufferId> writes;  // written in place (existing buffers)
   std::vector<BufferId> frees;   // freed just after the op
+  bool scales_with_batch = true;  // whether scaled() grows its time (and its recompute cost)
 };
 
 struct Workload {
@@ -43,7 +47,8 @@ struct Workload {
   // Empty when consistent; else the first problem (use before alloc, double free, ...).
   std::string validate() const;
   // Activation sizes and compute times (and recompute costs) multiplied by `factor`: a batch
-  // `factor` times larger, assuming time grows linearly with the batch.
+  // `factor` times larger, assuming time grows linearly with the batch. Buffers and ops whose
+  // scales_with_batch is false keep their size and time.
   Workload scaled(double factor) const;
   // The iteration as a schedule of launches (one per op): the future, for Belady.
   UseSchedule schedule() const;

@@ -10,6 +10,7 @@
 #include "policy/policy_factory.h"
 #include "policy/simulator.h"
 #include "tools/cli_args.h"
+#include "tools/gpu_cost_model.h"
 #include "tools/trace_loader.h"
 
 namespace delta::tools {
@@ -25,11 +26,18 @@ constexpr std::string_view kSimHelp =
     "  --d2h-gbps Y      device-to-host bandwidth, GB/s (default 12)\n"
     "  --iterations N    iterations replayed (default 3)\n"
     "  --warmup W        first iterations left out of time and bytes (default 1)\n"
+    "PyTorch Execution Traces (docs/pytorch-traces.md):\n"
+    "  --kineto FILE     time the ET's ops by the GPU kernels of this Kineto trace, recorded\n"
+    "                    with it (ops missing from it fall back to the cost model)\n"
+    "  --gpu NAME        the cost model's GPU: v100-16gb, a100-40gb (default), h100-80gb, h200\n"
     "Budgets are bytes (123456, 512M, 4GiB, 6GB) or a percentage of the workload's peak with\n"
-    "unlimited memory (30%). Policies: delta, lru, dtr, swap-only, recompute-only, belady.\n";
+    "unlimited memory (30%). Policies: delta, lru, dtr, swap-only, recompute-only, belady.\n"
+    "Traces: DELTA traces (libdelta.so), DTR op logs, PyTorch Execution Traces (gzip or plain),\n"
+    "recognised by content.\n";
 
 const std::vector<OptionSpec> kSimOptions = {
-    {"h2d-gbps", true}, {"d2h-gbps", true}, {"iterations", true}, {"warmup", true}, {"help", false}};
+    {"h2d-gbps", true}, {"d2h-gbps", true}, {"iterations", true}, {"warmup", true}, {"help", false},
+    {"kineto", true},   {"gpu", true}};
 
 int usage(std::string_view cmd, const std::string& msg) {
   fmt::print(stderr, "delta-trace {}: {} (see 'delta-trace {} --help')\n", cmd, msg, cmd);
@@ -64,6 +72,19 @@ std::string simOptions(const CliArgs& a, SimOptions& o) {
     o.warmup = *x;
   }
   if (o.warmup >= o.iterations) return "--warmup must be smaller than --iterations";
+  return {};
+}
+
+// --kineto and --gpu: what the PyTorch importer needs; an error message or "".
+std::string loadOptions(const CliArgs& a, LoadOptions& o) {
+  if (auto v = a.value("gpu")) {
+    if (!findGpu(*v)) return "unknown --gpu '" + *v + "' (known: " + gpuNames() + ")";
+    o.gpu = *v;
+  }
+  if (auto v = a.value("kineto")) {
+    if (v->empty()) return "--kineto needs a file";
+    o.kineto_path = *v;
+  }
   return {};
 }
 
@@ -110,12 +131,16 @@ struct Loaded {
   std::uint64_t peak;
 };
 
-std::optional<Loaded> load(std::string_view cmd, const std::string& path, int& status) {
-  policy::ImportResult r = loadWorkload(path);
+std::optional<Loaded> load(std::string_view cmd, const std::string& path, const LoadOptions& options,
+                           int& status) {
+  std::vector<std::string> notes;
+  policy::ImportResult r = loadWorkload(path, options, &notes);
   if (!r.error.empty()) {
     status = fileError(cmd, r.error);
     return std::nullopt;
   }
+  // What the importer inferred goes to stderr: stdout stays a table (or CSV) to parse.
+  for (const std::string& note : notes) fmt::print(stderr, "delta-trace {}: {}: {}\n", cmd, path, note);
   const std::uint64_t peak = r.workload.peakBytes();
   return Loaded{path, std::move(r.workload), peak};
 }
@@ -161,9 +186,11 @@ int replayCommand(const std::vector<std::string>& args) {
     if (!x) return usage(cmd, "bad --batch '" + *v + "': expected a positive number");
     batch = *x;
   }
+  LoadOptions load_options;
+  if (std::string err = loadOptions(a, load_options); !err.empty()) return usage(cmd, err);
   if (a.positional().size() != 1) return usage(cmd, "expected exactly one trace FILE");
   int status = 0;
-  auto loaded = load(cmd, a.positional()[0], status);
+  auto loaded = load(cmd, a.positional()[0], load_options, status);
   if (!loaded) return status;
   const Workload w = batch == 1.0 ? loaded->workload : loaded->workload.scaled(batch);
   o.budget_bytes = budget->bytesFor(loaded->peak);
@@ -221,11 +248,16 @@ int sweepCommand(const std::vector<std::string>& args) {
     if (!budget) return usage(cmd, "bad budget '" + b + "' in --budgets: expected bytes or a percentage");
     budgets.push_back(*budget);
   }
+  LoadOptions load_options;
+  if (std::string err = loadOptions(a, load_options); !err.empty()) return usage(cmd, err);
   if (a.positional().empty()) return usage(cmd, "expected at least one trace FILE");
+  if (!load_options.kineto_path.empty() && a.positional().size() != 1) {
+    return usage(cmd, "--kineto pairs with one Execution Trace: give exactly one FILE");
+  }
   std::vector<Loaded> files;
   for (const std::string& path : a.positional()) {
     int status = 0;
-    auto loaded = load(cmd, path, status);
+    auto loaded = load(cmd, path, load_options, status);
     if (!loaded) return status;
     files.push_back(std::move(*loaded));
   }
@@ -294,9 +326,11 @@ int maxbatchCommand(const std::vector<std::string>& args) {
   const std::string overhead_text = a.value("max-overhead").value_or("20%");
   const std::optional<double> max_overhead = parsePercent(overhead_text);
   if (!max_overhead) return usage(cmd, "bad --max-overhead '" + overhead_text + "': expected a percentage (e.g. 20%)");
+  LoadOptions load_options;
+  if (std::string err = loadOptions(a, load_options); !err.empty()) return usage(cmd, err);
   if (a.positional().size() != 1) return usage(cmd, "expected exactly one trace FILE");
   int status = 0;
-  auto loaded = load(cmd, a.positional()[0], status);
+  auto loaded = load(cmd, a.positional()[0], load_options, status);
   if (!loaded) return status;
   o.budget_bytes = budget->bytesFor(loaded->peak);
 
