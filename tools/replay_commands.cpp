@@ -306,7 +306,10 @@ int maxbatchCommand(const std::vector<std::string>& args) {
         "usage: delta-trace maxbatch --policy P --budget B --max-overhead 20% FILE\n"
         "Finds the largest batch factor F (activation sizes and compute times x F) that runs\n"
         "within budget B (a percentage is of the peak at batch 1) with no op over budget and an\n"
-        "overhead of at most the given one, to 0.01. Assumes fitting is monotone in F.\n"
+        "overhead of at most the given one, to 0.01. Assumes fitting is monotone in F. Also\n"
+        "prints the largest F whose peak fits with nothing paged (the baseline). In PyTorch\n"
+        "Execution Traces only batch-sized buffers (leading dimension = the batch) and the ops\n"
+        "that touch them scale; parameters, gradients and optimizer state do not.\n"
         "  --policy P          policy name (required)\n"
         "  --budget B          memory budget (required)\n"
         "  --max-overhead X    largest acceptable overhead, percent (default 20%)\n"
@@ -341,6 +344,20 @@ int maxbatchCommand(const std::vector<std::string>& args) {
   SimResult best{};
   fmt::print("trace            {}\npolicy           {}\nbudget           {} bytes ({})\n", loaded->path,
              *policy_name, o.budget_bytes, budget->text);
+  // The baseline a policy is measured against: the largest factor whose peak fits with nothing
+  // paged (bisection on the peak alone, which grows with the factor).
+  {
+    double lo = 0, hi = 1;
+    while (hi <= 1024.0 && loaded->workload.scaled(hi).peakBytes() <= o.budget_bytes) {
+      lo = hi;
+      hi *= 2;
+    }
+    while (hi - lo > 0.01) {
+      const double mid = (lo + hi) / 2;
+      (loaded->workload.scaled(mid).peakBytes() <= o.budget_bytes ? lo : hi) = mid;
+    }
+    fmt::print("unpaged factor   {:.2f} (peak within the budget with nothing paged)\n", lo);
+  }
   if (!fits(1.0, best)) {
     fmt::print("max batch factor none: batch 1 does not fit (overhead {:.2f} %, {} ops over budget)\n",
                best.overhead_pct, best.over_budget_ops);

@@ -44,6 +44,14 @@ expect 1 "No such file or directory" replay --policy delta --budget 50% "$tmp/mi
 expect 1 "unrecognised trace format" replay --policy delta --budget 50% "$tmp/bad.txt"
 expect 1 "bad.log:1: unknown instruction \"NOPE\"" replay --policy delta --budget 50% "$tmp/bad.log"
 expect 1 "bad.gz" sweep "$tmp/bad.gz"
+# PyTorch traces: the Execution Trace is the FILE; its Kineto trace and a GPU are options.
+et=$fixtures/tiny_et.json
+kineto=$fixtures/tiny_kineto.json
+expect 2 "unknown --gpu 'k80' (known: v100-16gb, a100-40gb, h100-80gb, h200)" replay --policy delta --budget 50% --gpu k80 "$et"
+expect 2 "--kineto pairs with one Execution Trace" sweep --kineto "$kineto" "$et" "$et"
+expect 1 "apply to PyTorch Execution Traces only" replay --policy delta --budget 50% --gpu h200 "$fx"
+expect 1 "a Kineto trace holds no tensors" replay --policy delta --budget 50% "$kineto"
+expect 1 "missing.json: cannot open" replay --policy delta --budget 50% --kineto "$tmp/missing.json" "$et"
 
 # Good runs.
 for cmd in replay sweep maxbatch; do
@@ -62,6 +70,18 @@ grep -Eq '^plan +(mixed|swap-only|recompute-only)(/net|/on-demand)?(/fresh)? \(p
   grep -Eq '^tiny_dtr.log,delta,50%,.*,(mixed|swap-only|recompute-only)(/net|/on-demand)?(/fresh)?$' "$tmp/out" &&
   grep -q '^tiny_dtr.log,belady,50%,.*,$' "$tmp/out" &&
   [ "$(wc -l <"$tmp/out")" = 5 ] || { echo "FAIL: sweep --csv" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
+"$bin" replay --policy lru --budget 100% --iterations 2 --gpu v100-16gb "$et" >"$tmp/out" 2>"$tmp/err" &&
+  grep -q '^ops  *6 per iteration, 6 buffers' "$tmp/out" &&
+  grep -q 'durations from the cost model for v100-16gb' "$tmp/err" &&
+  grep -q 'batch 64' "$tmp/err" || { echo "FAIL: replay of an ET" >&2; cat "$tmp/out" "$tmp/err" >&2; failures=$((failures + 1)); }
+# Kernel time 131 µs, all of it joined: one iteration replays in 0.13 ms.
+"$bin" replay --policy lru --budget 100% --iterations 2 --kineto "$kineto" "$et" >"$tmp/out" 2>"$tmp/err" &&
+  grep -q '^time  *0.13 ms (unlimited memory: 0.13 ms)' "$tmp/out" &&
+  grep -q '100.0 % of the iteration.s GPU time (0.13 ms over 6 kernels)' "$tmp/err" ||
+  { echo "FAIL: replay of an ET with Kineto" >&2; cat "$tmp/out" "$tmp/err" >&2; failures=$((failures + 1)); }
+"$bin" maxbatch --policy delta --budget 1M --max-overhead 20% "$et" >"$tmp/out" 2>/dev/null &&
+  grep -q '^unpaged factor' "$tmp/out" && grep -q '^max batch factor' "$tmp/out" ||
+  { echo "FAIL: maxbatch of an ET" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 "$bin" maxbatch --policy delta --budget 100% --max-overhead 20% "$fx" >"$tmp/out" 2>&1 &&
   grep -q '^max batch factor' "$tmp/out" || { echo "FAIL: maxbatch" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 
