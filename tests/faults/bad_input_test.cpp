@@ -482,6 +482,101 @@ TEST(BadTraceFiles, NonFilesAreRefused) {
   }
 }
 
+// PyTorch Execution Traces and Kineto traces (issue 18): as the FILE, and as --kineto beside a
+// good ET. Built as text here: the suite never reads ../shared.
+std::string goodEt() {
+  return R"({"schema": "1.1.0-chakra.0.0.4", "nodes": [
+{"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 1, "inputs": {"values": []}, "outputs": {"values": []}},
+{"id": 2, "name": "[pytorch|profiler|execution_trace|thread]", "ctrl_deps": 1, "inputs": {"values": []}, "outputs": {"values": []}},
+{"id": 3, "name": "aten::ones", "ctrl_deps": 2, "inputs": {"values": []}, "outputs": {"values": [[1, 10, 0, 4096, 4, "cuda:0"]], "shapes": [[64, 64]]}},
+{"id": 4, "name": "aten::mm", "ctrl_deps": 2, "inputs": {"values": [[1, 10, 0, 4096, 4, "cuda:0"], [2, 100, 0, 4096, 4, "cuda:0"]], "shapes": [[64, 64], [64, 64]]}, "outputs": {"values": [[3, 11, 0, 4096, 4, "cuda:0"]], "shapes": [[64, 64]]}},
+{"id": 5, "name": "aten::sum", "ctrl_deps": 2, "inputs": {"values": [[3, 11, 0, 4096, 4, "cuda:0"]], "shapes": [[64, 64]]}, "outputs": {"values": [[4, 12, 0, 1, 4, "cuda:0"]], "shapes": [[]]}}
+]})";
+}
+
+std::string goodKineto() {
+  return R"({"traceEvents": [
+{"ph": "X", "cat": "cpu_op", "name": "aten::ones", "tid": 1, "ts": 10, "dur": 5},
+{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "tid": 1, "ts": 20, "dur": 5},
+{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 1, "ts": 21, "dur": 1, "args": {"correlation": 7}},
+{"ph": "X", "cat": "kernel", "name": "gemm", "tid": 7, "ts": 22, "dur": 30, "args": {"correlation": 7}},
+{"ph": "X", "cat": "cpu_op", "name": "aten::sum", "tid": 1, "ts": 60, "dur": 5}
+]})";
+}
+
+std::vector<BadFile> badPyTorchFiles(const std::string& good) {
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    const std::size_t at = s.find(from);
+    if (at != std::string::npos) s.replace(at, from.size(), to);
+    return s;
+  };
+  std::vector<BadFile> files;
+  for (std::size_t cut : {std::size_t(1), std::size_t(30), good.size() / 2, good.size() - 2})
+    files.push_back({"cut-" + std::to_string(cut), good.substr(0, cut)});
+  const bool et = good.find("\"nodes\"") != std::string::npos;
+  if (et) {
+    files.push_back({"schema-2", replaced("1.1.0-chakra.0.0.4", "2.0.0")});
+    files.push_back({"schema-number", replaced("\"1.1.0-chakra.0.0.4\"", "11")});
+    files.push_back({"numel-huge", replaced("0, 4096, 4,", "0, 18446744073709551615, 4,")});
+    files.push_back({"numel-2e300", replaced("0, 4096, 4,", "0, 2e300, 4,")});
+    files.push_back({"elem-bytes-huge", replaced("4096, 4, \"cuda:0\"", "4096, 4294967296, \"cuda:0\"")});
+    files.push_back({"storage-negative", replaced("[1, 10,", "[1, -10,")});
+    files.push_back({"id-string", replaced("\"id\": 4,", "\"id\": \"4\",")});
+    files.push_back({"nodes-object", replaced("\"nodes\": [", "\"nodes\": {\"a\": [") + "}"});
+    files.push_back({"parent-cycle", replaced("\"ctrl_deps\": 2", "\"ctrl_deps\": 4")});
+    files.push_back({"values-deep", replaced("\"values\": []", "\"values\": " + std::string(200, '[') + std::string(200, ']'))});
+  } else {
+    files.push_back({"events-object", replaced("\"traceEvents\": [", "\"traceEvents\": {\"a\": [") + "}"});
+    files.push_back({"ts-huge", replaced("\"ts\": 20,", "\"ts\": 1e300,")});
+    files.push_back({"dur-negative", replaced("\"dur\": 30", "\"dur\": -30")});
+    files.push_back({"correlation-huge", replaced("\"correlation\": 7}}", "\"correlation\": 1e30}}")});
+    files.push_back({"other-run", replaced("aten::", "other::")});
+  }
+  return files;
+}
+
+TEST(BadTraceFiles, PyTorchTracesAreRefusedClearlyOrRead) {
+  TempDir dir;
+  const std::string et_path = dir.file("good-et.json");
+  const std::string kineto_path = dir.file("good-kineto.json");
+  writeFile(et_path, goodEt());
+  writeFile(kineto_path, goodKineto());
+  struct Case {
+    BadFile file;
+    bool as_kineto;
+  };
+  std::vector<Case> cases = {{{"good-et", goodEt(), true}, false}, {{"good-kineto", goodKineto(), true}, true}};
+  for (BadFile& f : badPyTorchFiles(goodEt())) cases.push_back({f, false});
+  for (BadFile& f : badPyTorchFiles(goodKineto())) cases.push_back({f, true});
+  for (const Case& c : cases) {
+    const std::string path = dir.file((c.as_kineto ? "kineto-" : "et-") + c.file.name + ".json");
+    writeFile(path, c.file.bytes);
+    for (const Invocation& invocation : kInvocations) {
+      if (invocation.name != "replay" && invocation.name != "sweep" && invocation.name != "maxbatch") continue;
+      SCOPED_TRACE(path + " / " + invocation.name);
+      std::vector<std::string> argv = {programs().deltaTrace};
+      for (const std::string& arg : invocation.args) argv.push_back(arg == "FILE" ? (c.as_kineto ? et_path : path) : arg);
+      if (c.as_kineto) {
+        argv.insert(argv.begin() + 2, path);
+        argv.insert(argv.begin() + 2, "--kineto");
+      }
+      RunOptions options;
+      options.timeoutSeconds = 20;
+      const Outcome tool = run(argv, options);
+      ASSERT_FALSE(tool.timedOut) << tool.describe();
+      ASSERT_EQ(tool.signal, 0) << tool.describe();
+      if (c.file.mayBeRead) {
+        EXPECT_EQ(tool.status, 0) << tool.describe();
+      } else if (tool.status != 0) {
+        EXPECT_EQ(tool.status, 1) << tool.describe();
+        EXPECT_EQ(lineCount(tool.err), 1u) << tool.describe();
+        EXPECT_NE(tool.err.find(c.file.name), std::string::npos) << "names the file\n" << tool.describe();
+      }
+    }
+  }
+}
+
 // ---- trace paths -----------------------------------------------------------------------------
 
 // A job under the shim with DELTA_TRACE=path: it must run as usual and say once that it runs
