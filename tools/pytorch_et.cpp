@@ -224,7 +224,8 @@ struct Op {
   std::size_t node = 0;                   // the outermost node
   std::vector<std::size_t> subtree;       // it and its descendants
   std::vector<std::pair<std::size_t, Role>> uses;  // generation, role
-  bool pure = true;
+  bool pure = true;             // no random numbers, collectives or host data
+  bool writes_existing = false;  // writes in place a storage made before it
   std::int64_t ns = 0;
   bool estimated = true;
 };
@@ -353,7 +354,7 @@ void EtImporter::trackStorages() {
         if (fresh.contains(s)) role = Role::kAlloc;
       }
       if (role != Role::kAlloc && written.contains(s)) role = Role::kWrite;
-      if (written.contains(s) && role == Role::kWrite) op.pure = false;
+      if (role == Role::kWrite) op.writes_existing = true;
       Generation& g = gens_[cur->second];
       g.last_op = k;
       g.bytes = std::max(g.bytes, extent);
@@ -573,6 +574,9 @@ std::string EtImporter::build(EtImport& out) {
       w.buffers.push_back(std::move(b));
     }
   }
+  // Whether a buffer has been used since the op that made it.
+  std::vector<bool> used_since_made(w.buffers.size(), false);
+  std::size_t folded = 0;
   for (std::size_t k = first_; k <= last_; ++k) {
     const Op& op = ops_[k];
     WorkloadOp wop;
@@ -585,17 +589,31 @@ std::string EtImporter::build(EtImport& out) {
       if (role == Role::kAlloc && !b.persistent) {
         wop.allocs.push_back(id);
         b.producer = index;
-        b.recompute_ns = op.pure ? op.ns : kUnknownNs;
+        b.recompute_ns = op.pure && !op.writes_existing ? op.ns : kUnknownNs;
       } else if (role == Role::kRead) {
         wop.reads.push_back(id);
+      } else if (role == Role::kWrite && op.pure && op.uses.size() == 1 && b.recompute_ns != kUnknownNs &&
+                 !used_since_made[id]) {
+        // An in-place op on a result nothing has read yet, with no other input (conv, batch
+        // norm, then relu_): the value it leaves is still a pure function of the producer's
+        // inputs, recomputed by running both. A write would end recomputability for good.
+        wop.reads.push_back(id);
+        b.recompute_ns += op.ns;
+        ++folded;
       } else {
         wop.writes.push_back(id);  // in place, or a persistent buffer (re)made by this op
       }
+      if (role != Role::kAlloc) used_since_made[id] = true;
       if (!b.persistent && gens_[g].last_op == k) wop.frees.push_back(id);
     }
     w.ops.push_back(std::move(wop));
   }
   inferBatch(w, gen_of_buffer, out);
+  std::size_t recomputable = 0;
+  for (const WorkloadBuffer& b : w.buffers) recomputable += b.recompute_ns != kUnknownNs ? 1 : 0;
+  out.notes.push_back(fmt::format("{} buffers recomputable by re-running their op ({} with the in-place op "
+                                  "that followed it)",
+                                  recomputable, folded));
   out.notes.push_back(fmt::format("{} buffers, {:.1f} MiB persistent (parameters, inputs, optimizer state), "
                                   "peak {:.1f} MiB",
                                   w.buffers.size(), static_cast<double>(persistent_bytes) / (1 << 20),

@@ -195,8 +195,12 @@ TEST(PyTorchEt, InPlaceOpsWriteAndEndRecomputability) {
   const Workload& w = r.workload;
   const BufferId y_buf = bufferNamed(w, "storage 11");
   EXPECT_EQ(w.buffers.size(), 3u) << "in place: no new buffer";
-  EXPECT_TRUE(contains(w.ops[2].writes, y_buf));
   EXPECT_TRUE(w.ops[2].allocs.empty());
+  // relu_ right after exp, on nothing else: exp then relu_ recompute what it leaves.
+  EXPECT_TRUE(contains(w.ops[2].reads, y_buf));
+  EXPECT_TRUE(w.ops[2].writes.empty());
+  EXPECT_EQ(w.buffers[y_buf].recompute_ns, w.ops[1].compute_ns + w.ops[2].compute_ns);
+  // add_ also reads x: a write, which ends recomputability when replayed.
   EXPECT_TRUE(contains(w.ops[3].writes, y_buf));
   EXPECT_TRUE(contains(w.ops[3].reads, bufferNamed(w, "storage 10")));
   EXPECT_EQ(w.buffers[y_buf].producer, 1) << "still made by exp; the simulator drops recompute after a write";
