@@ -17,7 +17,7 @@ using nlohmann::json;
 
 constexpr std::size_t kLookahead = 32;       // Kineto ops skipped at most to find the next ET node
 constexpr std::size_t kProbe = 200;          // ET nodes tried before giving up on a start
-constexpr std::size_t kMaxStarts = 4096;     // candidate starts tried per thread pair
+constexpr std::size_t kMaxStarts = 1024;     // candidate starts tried per thread pair (bounds the work)
 
 struct CpuOp {
   std::int64_t begin_ns = 0;
