@@ -227,7 +227,6 @@ struct Op {
   bool pure = true;             // no random numbers, collectives or host data
   bool writes_existing = false;  // writes in place a storage made before it
   std::int64_t ns = 0;
-  bool estimated = true;
 };
 
 class EtImporter {
@@ -495,7 +494,6 @@ std::string EtImporter::timeOps(const json* kineto, const std::string& kineto_na
       continue;
     }
     ops_[k].ns = join.op_gpu_ns[j];
-    ops_[k].estimated = false;
     if (join.op_kernels[j] == 0) ++no_kernel;
   }
   out.kineto_coverage = join.coverage();

@@ -9,8 +9,9 @@
 //   complete one is replayed; storages alive across its ends, or never created in the trace
 //   (parameters, inputs, optimizer state), are persistent;
 // - durations come from a paired Kineto trace (kineto_join.h) when given, else from the cost
-//   model of a named GPU (gpu_cost_model.h); an op that is a pure function of its inputs is
-//   recomputable at its own duration;
+//   model of a named GPU (gpu_cost_model.h); what an op that is a pure function of its inputs
+//   makes is recomputable at the op's duration (plus that of an in-place op on it alone that
+//   follows before any other use: relu_ after batch norm);
 // - the batch is the leading dimension of most activation bytes; buffers with that leading
 //   dimension (not shaped like a parameter) and the ops that touch them scale with the batch.
 // Offline code.
