@@ -472,11 +472,10 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
     DELTA_WARN_ONCE("cannot create the eviction stream; running over budget");
     return false;
   }
-  // 1. The batch starts after the last work that used each victim. An event waited for is
-  // captured at the wait, so the events recorded here go back to the pool at once.
-  std::pair<CUstream, CUevent> recorded[kVictimBatch * kMaxStreamUses];
-  size_t recordedCount = 0;
-  bool syncAll = false;
+  // 1. Which victims may go now. Every hold is looked at before any event is recorded below:
+  // holds end without the lock (releaseHeld), so a launch whose hold ended after an event was
+  // recorded on its stream would not be behind that event, and its buffer would be unmapped
+  // under it (the same event serves every victim used on that stream).
   size_t evicting = 0;
   uint32_t chosen[kVictimBatch];
   bool drop[kVictimBatch];
@@ -490,6 +489,22 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
       keepIds_.push_back(id);  // not now: the caller asks again without it
       continue;
     }
+    // Dropped when the policy says so and the contents can be regenerated; a buffer whose
+    // host copy is still valid costs nothing to swap, so it keeps that copy instead.
+    drop[evicting] = victims[v].action == policy::Action::kRecompute &&
+                     buffer.hook.kind != RecomputeHook::Kind::kNone && !buffer.hostValid &&
+                     !buffer.keepContents;
+    chosen[evicting++] = id;
+  }
+  if (evicting == 0) return false;
+
+  // 2. The batch starts after the last work that used each victim. An event waited for is
+  // captured at the wait, so the events recorded here go back to the pool at once.
+  std::pair<CUstream, CUevent> recorded[kVictimBatch * kMaxStreamUses];
+  size_t recordedCount = 0;
+  bool syncAll = false;
+  for (size_t c = 0; c < evicting && !syncAll; ++c) {
+    Buffer& buffer = buffers_[chosen[c]];
     syncAll |= buffer.manyStreams;
     for (int i = 0; i < buffer.useCount && !syncAll; ++i) {
       StreamUse& use = buffer.uses[i];
@@ -522,15 +537,8 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
       }
     }
     if (buffer.restoreEvent) api_.cuStreamWaitEvent(evictStream_, buffer.restoreEvent, 0);
-    // Dropped when the policy says so and the contents can be regenerated; a buffer whose
-    // host copy is still valid costs nothing to swap, so it keeps that copy instead.
-    drop[evicting] = victims[v].action == policy::Action::kRecompute &&
-                     buffer.hook.kind != RecomputeHook::Kind::kNone && !buffer.hostValid &&
-                     !buffer.keepContents;
-    chosen[evicting++] = id;
   }
   for (size_t r = 0; r < recordedCount; ++r) events_.give(recorded[r].second);
-  if (evicting == 0) return false;
   if (syncAll) api_.cuCtxSynchronize();
 
   EvictionBatch batch;

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -33,6 +34,9 @@ struct FakeDriverLog {
   std::vector<std::pair<CUstream, CUevent>> waited;    // cuStreamWaitEvent
   std::vector<CUdeviceptr> copiedOut;                  // sources of device-to-host copies
   std::vector<CUdeviceptr> copiedIn;                   // destinations of host-to-device copies
+  // Called at each cuEventRecord, after it is noted: lets a test make another thread act at
+  // that very moment (as a real one may, between two of the shim's driver calls).
+  std::function<void(CUstream)> onEventRecord;
 
   void reset(bool record) {
     calls = eventRecords = copiesOut = copiesIn = 0;
@@ -43,6 +47,7 @@ struct FakeDriverLog {
     waited.clear();
     copiedOut.clear();
     copiedIn.clear();
+    onEventRecord = nullptr;
   }
 };
 
@@ -125,6 +130,7 @@ inline CUresult eventRecord(CUevent event, CUstream stream) {
   count();
   fakeDriverLog().eventRecords.fetch_add(1, std::memory_order_relaxed);
   note(fakeDriverLog().recorded, std::make_pair(event, stream));
+  if (fakeDriverLog().onEventRecord) fakeDriverLog().onEventRecord(stream);
   return CUDA_SUCCESS;
 }
 inline CUresult eventQuery(CUevent) {

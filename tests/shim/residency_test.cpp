@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -178,6 +180,58 @@ TEST(ResidencyHolds, AHeldBufferIsPassedOverAndTheNextVictimTaken) {
   CUdeviceptr another = 0;
   ASSERT_EQ(r->allocate(kBuffer, &another), CUDA_SUCCESS);
   EXPECT_TRUE(copiedOut(b[0]));
+  EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
+}
+
+TEST(ResidencyHolds, AHoldEndingWhileTheBatchRecordsItsEventsKeepsItsBufferOut) {
+  // b[0] and b[1] are the least recently used, both on kStream; b[1] is held by a launch
+  // another thread is enqueuing. That launch reaches its stream and releases its hold while the
+  // eviction records the event that b[0]'s copy waits for: an event recorded before the launch,
+  // which must not be taken to cover b[1] (it was, once: b[1] was unmapped under the launch).
+  auto r = residencyFor(4 * kBuffer);
+  const std::vector<CUdeviceptr> b = allocate(*r, 4);
+  for (CUdeviceptr buffer : b) {
+    ASSERT_EQ(prepare(*r, kStream, {buffer}), CUDA_SUCCESS);
+    r->releaseHeld();
+  }
+  std::mutex m;
+  std::condition_variable changed;
+  bool prepared = false, release = false, released = false;
+  std::thread launcher([&] {
+    EXPECT_EQ(prepare(*r, kStream, {b[1]}), CUDA_SUCCESS);
+    std::unique_lock lock(m);
+    prepared = true;
+    changed.notify_all();
+    changed.wait(lock, [&] { return release; });
+    r->releaseHeld();  // the launch is in its stream now, after the event being recorded
+    released = true;
+    changed.notify_all();
+  });
+  {
+    std::unique_lock lock(m);
+    changed.wait(lock, [&] { return prepared; });
+  }
+  // b[1] was just used again: make b[0] and b[1] the least recent once more.
+  for (CUdeviceptr buffer : {b[2], b[3]}) {
+    ASSERT_EQ(prepare(*r, kStream, {buffer}), CUDA_SUCCESS);
+    r->releaseHeld();
+  }
+  fakeDriverLog().reset(true);
+  fakeDriverLog().onEventRecord = [&](CUstream stream) {
+    if (stream != kStream) return;
+    std::unique_lock lock(m);
+    if (release) return;
+    release = true;
+    changed.notify_all();
+    changed.wait(lock, [&] { return released; });
+  };
+  CUdeviceptr extra = 0;
+  ASSERT_EQ(r->allocate(2 * kBuffer, &extra), CUDA_SUCCESS);
+  launcher.join();
+  fakeDriverLog().onEventRecord = nullptr;
+  EXPECT_TRUE(release) << "no event was recorded on the launches' stream";
+  EXPECT_TRUE(copiedOut(b[0]));
+  EXPECT_FALSE(copiedOut(b[1])) << "evicted behind an event recorded before its last launch";
   EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
 }
 
