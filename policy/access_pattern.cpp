@@ -1,12 +1,14 @@
 // Iteration learning: see access_pattern.h.
 #include "policy/access_pattern.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace delta::policy {
 
 AccessPattern::AccessPattern(std::uint32_t max_buffers, std::uint32_t max_launches,
-                             std::uint32_t max_uses) {
+                             std::uint32_t max_uses)
+    : max_launches_(max_launches) {
   a_.reserve(max_buffers, max_launches, max_uses);
   b_.reserve(max_buffers, max_launches, max_uses);
 }
@@ -53,6 +55,16 @@ void AccessPattern::onLaunch(const Launch& launch) {
     boundary(launch.now_ns);
   } else if (!markers_ && position_ >= kMinPeriod && sig == first_signature_) {
     boundary(launch.now_ns);
+  } else if (!markers_ && position_ >= anchor_limit_) {
+    // The launch this recording started with has not come round again: it may never (the first
+    // iteration's launch on fresh allocations, whose ids the next iterations do not reuse).
+    // Record again from this launch, not learning the partial recording, and wait twice as long
+    // next time, so that an iteration longer than the limit is still found.
+    recording_->clear();
+    recording_hash_ = 0;
+    position_ = 0;
+    iteration_start_ns_ = launch.now_ns;
+    anchor_limit_ = std::max(anchor_limit_, std::min(2 * anchor_limit_, max_launches_));
   }
   if (position_ == 0) first_signature_ = sig;
   recording_->addLaunch(launch.now_ns - iteration_start_ns_, alloc_since_launch_, launch.buffers);

@@ -1,7 +1,9 @@
 // Learns the launch sequence that training repeats every iteration. Iteration boundaries come
 // from the caller's markers when it has them; otherwise a boundary is assumed when the first
 // launch of the recording (same stream, same buffers) comes round again after at least
-// kMinPeriod launches. Each finished iteration becomes the schedule that predicts the next.
+// kMinPeriod launches; a recording whose first launch has not come round within a limit
+// (kFirstAnchorLimit launches, doubling each time) starts again from the current launch. Each
+// finished iteration becomes the schedule that predicts the next.
 //
 // Cost: onLaunch is O(buffers of the launch) (a hash and a copy into preallocated storage); a
 // boundary costs UseSchedule::finish, O(uses + buffer capacity). Nothing allocates after
@@ -44,6 +46,7 @@ class AccessPattern {
 
  private:
   static constexpr std::uint32_t kMinPeriod = 8;
+  static constexpr std::uint32_t kFirstAnchorLimit = 256;
 
   static std::uint64_t signature(const Launch& launch);
   void boundary(std::int64_t now_ns);
@@ -60,6 +63,8 @@ class AccessPattern {
   std::uint32_t position_ = 0;
   std::uint32_t generation_ = 0;
   std::uint32_t boundaries_ = 0;
+  std::uint32_t anchor_limit_ = kFirstAnchorLimit;  // launches without the first one recurring
+  const std::uint32_t max_launches_;
   bool started_ = false;
   bool markers_ = false;  // the caller gives iteration markers: do not detect
   bool relearn_next_ = false;

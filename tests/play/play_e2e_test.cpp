@@ -175,11 +175,10 @@ TEST(DeltaPlay, DeltaPlansOffTheLaunchPathAndSaysWhat) {
         EXPECT_NE(described.out.find("last: " + planName[1].str() + " for "), std::string::npos)
             << described.out << shimmed.err;
       }
-      // A program that does not mark its iterations keeps its tokens too. (Whether delta finds
-      // the iterations then is not checked: on these shapes it does not, because each
-      // iteration's first launch writes a fresh allocation whose id differs from the last
-      // iteration's, and the policy recognises an iteration by its first launch's buffers;
-      // docs/shim.md, Known limits.)
+      // A program that does not mark its iterations keeps its tokens too. (What delta finds as
+      // iterations then is not checked: on these shapes a launch's buffers get other ids from
+      // one iteration to the next, and the lengths found are erratic; docs/shim.md, Known
+      // limits.)
       if (percent != 30) continue;
       std::vector<std::string> unmarked = argv;
       unmarked.insert(unmarked.begin() + 1, "--no-iteration-marks");

@@ -278,6 +278,28 @@ TEST(AccessPattern, DetectsRepetitionWithoutMarkers) {
   EXPECT_EQ(p.pattern().schedule().nextUseNs(40, 0), kUnknownNs);
 }
 
+TEST(AccessPattern, AFirstLaunchThatNeverComesRoundAgainIsDroppedAsTheAnchor) {
+  // Without markers an iteration is recognised by its first launch coming round again. A
+  // program that allocates afresh each iteration may start its first iteration on buffers
+  // (ids) the later ones never touch: recording starts again from a later launch, and the loop
+  // is found; its iterations then start there (a rotation of the program's own).
+  for (std::uint32_t period : {12u, 40u, 300u}) {
+    AccessPattern pattern(512, 4096, 1 << 16);
+    std::int64_t t = 0;
+    const BufferId fresh = 500;  // used by the very first launch only
+    for (std::uint32_t it = 0; it < 8 + 1600 / period; ++it) {
+      for (std::uint32_t pos = 0; pos < period; ++pos) {
+        const BufferId id = it == 0 && pos == 0 ? fresh : static_cast<BufferId>(pos % 400);
+        const BufferId ids[] = {id};
+        pattern.onLaunch(Launch{t += 1000, 0, ids});
+      }
+    }
+    ASSERT_TRUE(pattern.schedule().ready()) << period;
+    EXPECT_EQ(pattern.schedule().length(), period);
+    EXPECT_GE(pattern.boundaries(), 3u) << period;
+  }
+}
+
 TEST(AccessPattern, ARepeatIsLearnedOnceUnlessAskedToLearnItAgain) {
   AccessPattern pattern(8, 16, 64);
   const BufferId ids[] = {0, 1};
