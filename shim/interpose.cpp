@@ -97,7 +97,8 @@ void reportBudget(Residency& residency, size_t* free, size_t* total) {
   // device holds less than the budget, the room under the effective ceiling).
   const uint64_t budget = residency.budget();
   const uint64_t limit = residency.limit();
-  const uint64_t resident = residency.stats().residentBytes;
+  const Stats stats = residency.stats();
+  const uint64_t resident = stats.residentBytes + stats.foreignBytes;
   if (total) *total = budget;
   if (free) *free = resident < limit ? limit - resident : 0;
 }
@@ -407,6 +408,33 @@ DELTA_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
   if (UvmMode* uvm = uvmReporting()) uvm->reportBudget(free, total);
   if (Residency* residency = managingFree()) reportBudget(*residency, free, total);
   return result;
+}
+
+// The program's own physical memory (a framework's virtual memory, NCCL's buffers): passed
+// through, but counted in the budget (Residency::beforeForeignCreate).
+DELTA_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                         const CUmemAllocationProp* prop,
+                                         unsigned long long flags) {
+  auto real = REAL_DRIVER(cuMemCreate);
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  Residency* residency = managingFree();
+  if (residency == nullptr || handle == nullptr || size == 0 || prop == nullptr ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return real(handle, size, prop, flags);
+  residency->beforeForeignCreate(size);
+  CUresult result = real(handle, size, prop, flags);
+  // The device may hold less than the budget: what managed buffers give back is tried.
+  while (result == CUDA_ERROR_OUT_OF_MEMORY && residency->relieveDevice(size))
+    result = real(handle, size, prop, flags);
+  if (result == CUDA_SUCCESS) residency->noteForeignCreate(*handle, size);
+  return result;
+}
+
+DELTA_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
+  auto real = REAL_DRIVER(cuMemRelease);
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (Residency* residency = managingFree()) residency->noteForeignRelease(handle);
+  return real(handle);
 }
 
 namespace delta::shim {

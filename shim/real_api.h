@@ -62,6 +62,8 @@ const RuntimeApi& runtimeApi();
   X(cuMemAlloc_v2, "cuMemAlloc", true)                    \
   X(cuMemFree_v2, "cuMemFree", true)                      \
   X(cuMemGetInfo_v2, "cuMemGetInfo", true)                \
+  X(cuMemCreate, "cuMemCreate", false)                    \
+  X(cuMemRelease, "cuMemRelease", false)                  \
   X(cuIpcGetMemHandle, "cuIpcGetMemHandle", true)         \
   X(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", true)    \
   X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", true)     \

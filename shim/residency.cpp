@@ -142,7 +142,7 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   buffer.state = State::kResident;
   addresses_.insert(address, bytes, id);
   resident_ += mapped;
-  stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
+  notePeaks();
   stats_.allocations++;
   policy_->onAlloc(id, mapped, now);
   // Stamped now, not when the call began: evictions that made room come before it.
@@ -818,7 +818,7 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause,
   buffer.handle = handle;
   buffer.state = State::kResident;
   resident_ += buffer.mappedBytes;
-  stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
+  notePeaks();
   stats_.restores++;
   stats_.bytesToDevice += buffer.bytes;
   const int64_t now = nowNs();
@@ -1255,7 +1255,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
     recordUse(buffer, stream, perThreadStream);
     buffer.keepContents = false;
   }
-  stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
+  notePeaks();
   policy::Launch launch;
   launch.now_ns = now;
   launch.stream = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(stream));
@@ -1429,6 +1429,46 @@ void Residency::deliverPlan(int64_t now) {
   policy_->deliverPlan(std::move(plan));
 }
 
+// ---- the program's own physical memory ----------------------------------------------------
+
+void Residency::beforeForeignCreate(uint64_t bytes) {
+  NoticesAfterUnlock notices{this};
+  ReentryGuard guard;
+  std::lock_guard lock(mutex_);
+  static const std::vector<uint32_t> kNothing;
+  if (stats_.foreignHandles == 0)
+    logVerbose(1, "the program creates physical memory itself (cuMemCreate: a framework's "
+                       "own virtual memory, such as PyTorch's expandable segments, or NCCL's "
+                       "buffers): passed through and never evicted, but counted in the budget; "
+                       "managed buffers make room for it");
+  makeRoom(roundUp(bytes, granularity_), kNothing, nowNs(), 0);
+}
+
+void Residency::noteForeignCreate(CUmemGenericAllocationHandle handle, uint64_t bytes) {
+  ReentryGuard guard;
+  std::lock_guard lock(mutex_);
+  auto [it, inserted] = foreignHandles_.try_emplace(handle, bytes);
+  if (!inserted) return;  // a handle value the driver gave twice: the first release ends both
+  foreignBytes_ += bytes;
+  stats_.foreignHandles++;
+  stats_.foreignPeakBytes = std::max(stats_.foreignPeakBytes, foreignBytes_);
+  notePeaks();
+  if (deviceBytes() > limitLocked()) {
+    stats_.overBudgetAllocations++;
+    DELTA_WARN_ONCE("the program's own physical memory (cuMemCreate, %llu MiB now) and what "
+                    "cannot be evicted exceed DELTA_BUDGET; running over budget (counted)",
+                    (unsigned long long)(foreignBytes_ >> 20));
+  }
+}
+
+void Residency::noteForeignRelease(CUmemGenericAllocationHandle handle) {
+  std::lock_guard lock(mutex_);
+  auto it = foreignHandles_.find(handle);
+  if (it == foreignHandles_.end()) return;
+  foreignBytes_ -= it->second;
+  foreignHandles_.erase(it);
+}
+
 Stats Residency::stats() {
   ReentryGuard guard;
   std::lock_guard lock(mutex_);
@@ -1441,6 +1481,7 @@ Stats Residency::stats() {
   copy.ceilingBytes = limitLocked();
   copy.pointerTables = tables_.size();
   copy.residentBytes = resident_;
+  copy.foreignBytes = foreignBytes_;
   copy.liveBuffers = addresses_.size();
   return copy;
 }

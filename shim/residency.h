@@ -107,6 +107,13 @@ struct Stats {
   uint64_t planningNs = 0;
   int64_t planPredictedNs = -1;
   char planName[48] = "";
+  // Physical memory the program made itself with cuMemCreate (Residency::beforeForeignCreate):
+  // what it holds now, its peak, how many handles it made; and the peak of that plus managed
+  // resident memory, the device memory the budget covers.
+  uint64_t foreignBytes = 0;
+  uint64_t foreignPeakBytes = 0;
+  uint64_t foreignHandles = 0;
+  uint64_t peakDeviceBytes = 0;
 };
 
 // How a managed buffer's contents can be regenerated (the public API's registrations).
@@ -182,6 +189,15 @@ class Residency {
   // A launch that could not be analysed: every evicted buffer is brought back (over budget
   // if it must be) so that whatever it touches is there.
   void prepareEverything(CUstream stream, bool perThreadStream);
+
+  // Physical memory the program makes itself with cuMemCreate and maps where it chooses (a
+  // framework's own virtual memory: PyTorch's expandable segments; NCCL's buffers). The shim
+  // does not move it (docs/shim.md, "Allocation paths", says why), but it is device memory
+  // under the budget: before it is created, managed buffers make room for it, and it counts
+  // until cuMemRelease. Handles the shim did not see created are ignored at release.
+  void beforeForeignCreate(uint64_t bytes);
+  void noteForeignCreate(CUmemGenericAllocationHandle handle, uint64_t bytes);
+  void noteForeignRelease(CUmemGenericAllocationHandle handle);
 
   // Never evicted while pinned (IPC exports, collectives, the public API).
   bool pin(CUdeviceptr address, bool pinned);
@@ -311,7 +327,14 @@ class Residency {
     std::vector<CUevent> events;
   };
 
-  uint64_t deviceBytes() const { return resident_ + physical_.bytes() + quarantinedBytes_; }
+  uint64_t deviceBytes() const {
+    return resident_ + physical_.bytes() + quarantinedBytes_ + foreignBytes_;
+  }
+  // After resident_ or foreignBytes_ grew.
+  void notePeaks() {
+    stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
+    stats_.peakDeviceBytes = std::max(stats_.peakDeviceBytes, resident_ + foreignBytes_);
+  }
   uint64_t limitLocked() const { return std::min(config_.budgetBytes, ceiling_); }
   // `cause`: the trace's name id of the work that needs the room (0: an allocation).
   CUresult makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
@@ -427,6 +450,8 @@ class Residency {
   std::vector<uint32_t> freeIds_;
   uint64_t resident_ = 0;
   uint64_t quarantinedBytes_ = 0;
+  std::map<CUmemGenericAllocationHandle, uint64_t> foreignHandles_;  // the program's cuMemCreate
+  uint64_t foreignBytes_ = 0;
   std::multimap<uint64_t, CUdeviceptr> addressCache_;            // reservations to reuse
   std::vector<Quarantined> quarantine_;
   CUstream evictStream_ = nullptr;

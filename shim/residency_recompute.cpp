@@ -152,7 +152,7 @@ CUresult Residency::remap(uint32_t id, std::span<const uint32_t> keep) {
   buffer.handle = handle;
   buffer.state = State::kResident;
   resident_ += buffer.mappedBytes;
-  stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
+  notePeaks();
   return CUDA_SUCCESS;
 }
 

@@ -220,6 +220,12 @@ void Shim::printSummary() {
             s.planningNs / 1e9, s.planName,
             s.planPredictedNs >= 0 ? (", predicted " + std::to_string(s.planPredictedNs / 1000) + " us per iteration").c_str()
                                    : " (the iteration fits the budget)");
+  if (s.foreignHandles > 0)
+    logLine("summary: the program's own physical memory (cuMemCreate, passed through, counted "
+            "in the budget): %llu handles, %llu MiB now, %llu MiB at most; managed and its own "
+            "together at most %llu MiB",
+            (unsigned long long)s.foreignHandles, mib(s.foreignBytes), mib(s.foreignPeakBytes),
+            mib(s.peakDeviceBytes));
   logLine("summary: %.3f s waiting for evictions, %llu launches over budget, %llu launches not "
           "analysed, %llu pageable host fallbacks",
           s.stallNs / 1e9, (unsigned long long)s.overBudgetLaunches,
@@ -230,7 +236,8 @@ void Shim::printSummary() {
           "over_budget_allocations=%llu unanalysed_launches=%llu stall_ns=%llu drops=%llu "
           "recomputes=%llu recompute_failures=%llu recompute_ns=%llu device_full=%llu "
           "ceiling_bytes=%llu pointer_tables=%llu evictions_ahead=%llu cancelled_evictions=%llu "
-          "plans=%llu planning_ns=%llu plan_predicted_ns=%lld",
+          "plans=%llu planning_ns=%llu plan_predicted_ns=%lld foreign_handles=%llu "
+          "foreign_peak_bytes=%llu peak_device_bytes=%llu",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
           (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
@@ -242,7 +249,9 @@ void Shim::printSummary() {
           (unsigned long long)s.deviceFull, (unsigned long long)s.ceilingBytes,
           (unsigned long long)s.pointerTables, (unsigned long long)s.evictionsAhead,
           (unsigned long long)s.cancelledEvictions, (unsigned long long)s.plans,
-          (unsigned long long)s.planningNs, (long long)s.planPredictedNs);
+          (unsigned long long)s.planningNs, (long long)s.planPredictedNs,
+          (unsigned long long)s.foreignHandles, (unsigned long long)s.foreignPeakBytes,
+          (unsigned long long)s.peakDeviceBytes);
 }
 
 }  // namespace delta::shim

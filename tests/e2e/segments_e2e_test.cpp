@@ -1,0 +1,95 @@
+// End-to-end tests of a framework's own virtual memory under the shim: train-segments keeps
+// its activations as PyTorch's expandable segments do (cuMemCreate, cuMemMap into one reserved
+// range, a chunk at a time; unmapped and released to empty the cache) and its weights in
+// cudaMalloc buffers. The shim passes the framework's memory through, never moving it, but
+// counts it in the budget: the managed buffers make room for it. On cudasim, under a real
+// LD_PRELOAD: a kernel touching memory that is not mapped stops cudasim with "illegal address".
+//
+// Arguments (from meson): train-segments, libdelta.so.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tests/common/child_process.h"
+
+namespace {
+
+std::string gTrainSegments;
+std::string gShim;
+
+using Outcome = delta::testing::ChildRun;
+
+std::vector<std::string> job(uint64_t seed) {
+  return {gTrainSegments, "--seed", std::to_string(seed), "--steps", "6", "--layers", "8"};
+}
+
+Outcome plain(uint64_t seed) { return delta::testing::runChild(job(seed), {}); }
+
+Outcome underShim(uint64_t seed, std::vector<std::string> env) {
+  env.push_back("LD_PRELOAD=" + gShim);
+  env.push_back("DELTA_VERBOSE=1");
+  return delta::testing::runChild(job(seed), env);
+}
+
+unsigned long long number(const Outcome& o, const char* key) {
+  return std::strtoull(o.value(key).c_str(), nullptr, 10);
+}
+
+TEST(SegmentsEndToEnd, TheFrameworksMemoryCountsAndManagedBuffersMakeRoomForIt) {
+  for (uint64_t seed : {1, 2}) {
+    const Outcome reference = plain(seed);
+    ASSERT_EQ(reference.status, 0) << reference.err;
+    const unsigned long long peak = number(reference, "peak_bytes");
+    const unsigned long long segmentPeak = number(reference, "segment_peak_bytes");
+    ASSERT_GT(segmentPeak, 4ull << 20) << reference.out;
+    ASSERT_GT(peak, 8 * segmentPeak / 2) << reference.out;
+    for (int percent : {30, 40, 60}) {
+      const unsigned long long budget = peak * percent / 100;
+      SCOPED_TRACE("seed " + std::to_string(seed) + ", budget " + std::to_string(percent) + "%");
+      const Outcome shimmed = underShim(seed, {"DELTA_BUDGET=" + std::to_string(budget)});
+      ASSERT_EQ(shimmed.status, 0) << shimmed.err;
+      EXPECT_EQ(shimmed.err.find("cudasim: illegal address"), std::string::npos) << shimmed.err;
+      for (const auto& [key, value] : reference.values) {
+        auto it = shimmed.values.find(key);
+        ASSERT_NE(it, shimmed.values.end()) << key;
+        EXPECT_EQ(it->second, value) << key;  // every loss and the checksum: bit-exact
+      }
+      EXPECT_EQ(shimmed.stat("over_budget_launches"), 0u) << shimmed.err;
+      EXPECT_EQ(shimmed.stat("over_budget_allocations"), 0u) << shimmed.err;
+      EXPECT_GT(shimmed.stat("evictions"), 0u);
+      // Every chunk of every cache refill was seen and counted, and what the budget covers
+      // (managed resident plus the framework's own) never went over it.
+      EXPECT_GE(shimmed.stat("foreign_handles"), 6u * segmentPeak / (2u << 20) / 3);
+      EXPECT_EQ(shimmed.stat("foreign_peak_bytes"), segmentPeak);
+      EXPECT_LE(shimmed.stat("peak_device_bytes"), budget);
+      EXPECT_NE(shimmed.err.find("the program creates physical memory itself"), std::string::npos)
+          << shimmed.err;
+    }
+  }
+}
+
+// With room to spare, the framework's memory is counted and nothing moves.
+TEST(SegmentsEndToEnd, WithoutAShortBudgetNothingMoves) {
+  const Outcome reference = plain(3);
+  ASSERT_EQ(reference.status, 0) << reference.err;
+  const Outcome shimmed = underShim(3, {"DELTA_BUDGET=1G"});
+  ASSERT_EQ(shimmed.status, 0) << shimmed.err;
+  EXPECT_EQ(shimmed.value("checksum"), reference.value("checksum"));
+  EXPECT_EQ(shimmed.stat("evictions"), 0u);
+  EXPECT_GT(shimmed.stat("foreign_handles"), 0u);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s TRAIN_SEGMENTS LIBDELTA_SO\n", argv[0]);
+    return 2;
+  }
+  gTrainSegments = argv[1];
+  gShim = argv[2];
+  return RUN_ALL_TESTS();
+}
