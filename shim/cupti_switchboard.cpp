@@ -35,7 +35,9 @@ enum class Work : uint8_t {
   kRuntimeMemcpyAsync,
   kRuntimeMemset,     // cudaMemset(ptr, value, count)
   kRuntimeMemsetAsync,
-  kOpaque,            // graphs, 2D/3D/peer/batch/array/symbol copies: not analysed
+  kCopy2D,            // cuMemcpy2D(Async)(pCopy[, stream]): the rows' spans, no array side
+  kRuntimeCopy2D,     // cudaMemcpy2D(Async)(dst, dpitch, src, spitch, width, height, kind[, stream])
+  kOpaque,            // graphs, 3D/peer/batch/array/symbol copies: not analysed
 };
 
 struct Route {
@@ -80,9 +82,10 @@ void buildRoutes() {
   D(cuMemsetD2D8Async, kMemset2D8);            DPT(cuMemsetD2D8Async_ptsz, kMemset2D8);
   D(cuMemsetD2D16Async, kMemset2D16);          DPT(cuMemsetD2D16Async_ptsz, kMemset2D16);
   D(cuMemsetD2D32Async, kMemset2D32);          DPT(cuMemsetD2D32Async_ptsz, kMemset2D32);
-  for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2_ptds,
-                              CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2_ptsz,
-                              CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DUnaligned_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DUnaligned_v2_ptds,
+  D(cuMemcpy2D_v2, kCopy2D);                   DPT(cuMemcpy2D_v2_ptds, kCopy2D);
+  D(cuMemcpy2DAsync_v2, kCopy2D);              DPT(cuMemcpy2DAsync_v2_ptsz, kCopy2D);
+  D(cuMemcpy2DUnaligned_v2, kCopy2D);          DPT(cuMemcpy2DUnaligned_v2_ptds, kCopy2D);
+  for (CUpti_CallbackId id : {
                               CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2_ptds,
                               CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2_ptsz,
                               CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeer, CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeer_ptds,
@@ -107,9 +110,9 @@ void buildRoutes() {
   R(cudaMemset_v3020, kRuntimeMemset);                 RPT(cudaMemset_ptds_v7000, kRuntimeMemset);
   R(cudaMemsetAsync_v3020, kRuntimeMemsetAsync);       RPT(cudaMemsetAsync_ptsz_v7000, kRuntimeMemsetAsync);
   R(cudaGraphLaunch_v10000, kOpaque);                  RPT(cudaGraphLaunch_ptsz_v10000, kOpaque);
-  for (CUpti_CallbackId id : {CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_ptds_v7000,
-                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DAsync_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DAsync_ptsz_v7000,
-                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_ptds_v7000,
+  R(cudaMemcpy2D_v3020, kRuntimeCopy2D);               RPT(cudaMemcpy2D_ptds_v7000, kRuntimeCopy2D);
+  R(cudaMemcpy2DAsync_v3020, kRuntimeCopy2D);          RPT(cudaMemcpy2DAsync_ptsz_v7000, kRuntimeCopy2D);
+  for (CUpti_CallbackId id : {CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_ptds_v7000,
                               CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DAsync_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DAsync_ptsz_v7000,
                               CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyPeer_v4000, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyPeerAsync_v4000,
                               CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyToSymbol_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_v3020,
@@ -236,12 +239,62 @@ void memset(uint64_t dst, size_t bytes, CUstream stream, bool perThread) {
   gContext->residency->prepare(stream, perThread, &touch, 1, work);
 }
 
+// A 2D copy: `height` rows of `width` bytes at each side's pitch. Its buffers are found by the
+// two spans; it teaches no pointer tables (a table is not written row by row at a pitch).
+void copy2D(uint64_t dst, size_t dpitch, uint64_t src, size_t spitch, size_t width, size_t height,
+            CUstream stream, bool perThread) {
+  Residency::Touch touches[2];
+  touches[0].rangeStart = dst;
+  touches[0].rangeBytes = height == 0 ? 0 : dpitch * (height - 1) + width;
+  touches[0].kind = UseKind::kWrite;
+  touches[1].rangeStart = src;
+  touches[1].rangeBytes = height == 0 ? 0 : spitch * (height - 1) + width;
+  touches[1].kind = UseKind::kRead;
+  WorkInfo work;
+  work.kind = WorkInfo::Kind::kKernel;
+  work.name = "a 2D copy";
+  gContext->residency->prepare(stream, perThread, touches, 2, work);
+}
+
 template <class P>
 const P& as(const void* params) {
   return *static_cast<const P*>(params);
 }
 
-void handle(Work work, bool perThread, const CUpti_CallbackData& data) {
+// The stream of work not analysed, where its parameters name one (nullptr: the legacy default
+// stream, which the synchronous forms use). Everything is restored on it and the use recorded
+// there: restored on the legacy stream instead, a copy on a non-blocking stream could read the
+// buffer before its contents were back, and an eviction after it would not wait for it.
+CUstream opaqueStream(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* p) {
+#define DRIVER_STREAM(name, field) \
+  case CUPTI_DRIVER_TRACE_CBID_##name: return as<name##_params>(p).field;
+#define RUNTIME_STREAM(name) \
+  case CUPTI_RUNTIME_TRACE_CBID_##name: return reinterpret_cast<CUstream>(as<name##_params>(p).stream);
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    switch (cbid) {
+      DRIVER_STREAM(cuMemcpy2DAsync_v2, hStream) DRIVER_STREAM(cuMemcpy2DAsync_v2_ptsz, hStream)
+      DRIVER_STREAM(cuMemcpy3DAsync_v2, hStream) DRIVER_STREAM(cuMemcpy3DAsync_v2_ptsz, hStream)
+      DRIVER_STREAM(cuMemcpyPeerAsync, hStream) DRIVER_STREAM(cuMemcpyPeerAsync_ptsz, hStream)
+      DRIVER_STREAM(cuMemcpy3DPeerAsync, hStream) DRIVER_STREAM(cuMemcpy3DPeerAsync_ptsz, hStream)
+      DRIVER_STREAM(cuGraphLaunch, hStream) DRIVER_STREAM(cuGraphLaunch_ptsz, hStream)
+      default: return nullptr;
+    }
+  }
+  switch (cbid) {
+    RUNTIME_STREAM(cudaMemcpy2DAsync_v3020) RUNTIME_STREAM(cudaMemcpy2DAsync_ptsz_v7000)
+    RUNTIME_STREAM(cudaMemcpy3DAsync_v3020) RUNTIME_STREAM(cudaMemcpy3DAsync_ptsz_v7000)
+    RUNTIME_STREAM(cudaMemcpyPeerAsync_v4000) RUNTIME_STREAM(cudaMemset2DAsync_v3020)
+    RUNTIME_STREAM(cudaMemset3DAsync_v3020) RUNTIME_STREAM(cudaGraphLaunch_v10000)
+    RUNTIME_STREAM(cudaGraphLaunch_ptsz_v10000) RUNTIME_STREAM(cudaMemcpyToSymbolAsync_v3020)
+    RUNTIME_STREAM(cudaMemcpyFromSymbolAsync_v3020)
+    default: return nullptr;
+  }
+#undef DRIVER_STREAM
+#undef RUNTIME_STREAM
+}
+
+void handle(Work work, bool perThread, const CUpti_CallbackData& data, CUpti_CallbackDomain domain,
+            CUpti_CallbackId cbid) {
   const void* p = data.functionParams;
   const char* name = data.symbolName;
   switch (work) {
@@ -357,6 +410,34 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data) {
         stream = as<cuMemsetD2D8Async_params>(p).hStream;
       return memset(a.dstDevice, bytes, stream, perThread);
     }
+    case Work::kCopy2D: {
+      // cuMemcpy2D, cuMemcpy2DUnaligned and cuMemcpy2DAsync all start with pCopy; the async
+      // one's stream follows it.
+      const CUDA_MEMCPY2D* c = as<cuMemcpy2D_v2_params>(p).pCopy;
+      if (c == nullptr) return;
+      CUstream stream = nullptr;
+      if (std::strstr(data.functionName ? data.functionName : "", "Async"))
+        stream = as<cuMemcpy2DAsync_v2_params>(p).hStream;
+      if (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+        return gContext->residency->prepareEverything(stream, perThread);
+      auto at = [](CUmemorytype type, const void* host, CUdeviceptr device, size_t x, size_t y,
+                   size_t pitch) {
+        const uint64_t base = type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uint64_t>(host) : device;
+        return base + y * pitch + x;
+      };
+      return copy2D(at(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstPitch),
+                    c->dstPitch,
+                    at(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcPitch),
+                    c->srcPitch, c->WidthInBytes, c->Height, stream, perThread);
+    }
+    case Work::kRuntimeCopy2D: {
+      auto& a = as<cudaMemcpy2D_v3020_params>(p);
+      CUstream stream = nullptr;
+      if (std::strstr(data.functionName ? data.functionName : "", "Async"))
+        stream = reinterpret_cast<CUstream>(as<cudaMemcpy2DAsync_v3020_params>(p).stream);
+      return copy2D(reinterpret_cast<uint64_t>(a.dst), a.dpitch, reinterpret_cast<uint64_t>(a.src),
+                    a.spitch, a.width, a.height, stream, perThread);
+    }
     case Work::kRuntimeMemcpy: {
       auto& a = as<cudaMemcpy_v3020_params>(p);
       return copy(reinterpret_cast<uint64_t>(a.dst), reinterpret_cast<uint64_t>(a.src), a.count,
@@ -379,7 +460,7 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data) {
     }
     case Work::kOpaque:
       // Graph launches and the copy forms not analysed here: everything comes back.
-      return gContext->residency->prepareEverything(nullptr, perThread);
+      return gContext->residency->prepareEverything(opaqueStream(domain, cbid, p), perThread);
   }
 }
 
@@ -408,7 +489,7 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
   if (data.correlationId != 0 && data.correlationId == tHandledCorrelation) return;
   tHandledCorrelation = data.correlationId;
   tOpenCalls.push_back(data.correlationId);
-  handle(route.work, route.perThread, data);
+  handle(route.work, route.perThread, data, domain, cbid);
 }
 
 // Where libcupti may be, in order.
