@@ -7,11 +7,23 @@
 // group ends (NCCL enqueues grouped calls only then).
 //
 // NCCL's own allocations are left unmanaged (interpose.cpp asks callerIsNccl()): its kernels
-// reach them only through its device structures.
+// reach them only through its device structures. ncclMemAlloc is NCCL's own memory too:
+// passed through, counted.
+//
+// User buffers registered with NCCL (ncclCommRegister, ncclCommWindowRegister) are mapped by
+// NCCL and its peers to the physical memory they found there, for as long as the registration
+// lasts: new physical memory under a registered address would leave them with the old one
+// (users of same-address remapping report NCCL hangs after that). So every managed buffer in a
+// registered range is made resident before NCCL sees it and pinned until it is deregistered.
 #include <dlfcn.h>
 #include <nccl.h>
 
 #include <cstddef>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "shim/alloc_paths.h"
 
 #include "shim/reentry_guard.h"
 #include "shim/residency.h"
@@ -77,6 +89,63 @@ void finish(bool held) {
     return;
   }
   if (Residency* residency = Shim::instance().activeIfStarted()) residency->releaseHeld();
+}
+
+// Registrations by their handle (ncclCommRegister's handle, or the window).
+struct Registration {
+  CUdeviceptr start;
+  uint64_t bytes;
+  std::vector<uint64_t> serials;
+};
+std::mutex gRegistrationsMutex;
+std::unordered_map<const void*, Registration>& registrations() {
+  static auto* all = new std::unordered_map<const void*, Registration>;  // used during exit
+  return *all;
+}
+
+// Before the real registration: the range's managed buffers resident and pinned.
+Registration holdRegistration(const void* buff, size_t size) {
+  Registration registration{reinterpret_cast<CUdeviceptr>(buff), size, {}};
+  if (insideShim() || buff == nullptr || size == 0) return registration;
+  if (Residency* residency = Shim::instance().activeIfStarted())
+    registration.serials = residency->holdRegistration(registration.start, size);
+  countAllocPath(AllocPath::kNcclRegistered);
+  countAllocPath(AllocPath::kNcclPinnedBuffers, registration.serials.size());
+  return registration;
+}
+
+void releaseRegistration(const Registration& registration) {
+  if (registration.serials.empty()) return;
+  if (Residency* residency = Shim::instance().activeIfStarted())
+    residency->releaseRegistration(registration.start, registration.bytes, registration.serials);
+}
+
+// After the real registration: kept under its handle, or given up if NCCL refused it.
+void keepRegistration(ncclResult_t result, const void* handle, Registration&& registration) {
+  if (result != ncclSuccess || handle == nullptr) {
+    releaseRegistration(registration);
+    return;
+  }
+  std::lock_guard lock(gRegistrationsMutex);
+  auto [it, added] = registrations().emplace(handle, std::move(registration));
+  if (!added) {  // NCCL gave out a handle it still had: the old registration is over
+    releaseRegistration(it->second);
+    it->second = std::move(registration);
+  }
+}
+
+// After the real deregistration (NCCL is done with the memory): the buffers may move again.
+void endRegistration(ncclResult_t result, const void* handle) {
+  if (result != ncclSuccess) return;
+  Registration registration;
+  {
+    std::lock_guard lock(gRegistrationsMutex);
+    auto it = registrations().find(handle);
+    if (it == registrations().end()) return;
+    registration = std::move(it->second);
+    registrations().erase(it);
+  }
+  releaseRegistration(registration);
 }
 
 }  // namespace
@@ -194,5 +263,55 @@ DELTA_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t 
   bool held = prepareCollective(nullptr, 0, recvbuff, count * typeBytes(datatype), stream);
   ncclResult_t result = real(recvbuff, count, datatype, peer, comm, stream);
   finish(held);
+  return result;
+}
+
+DELTA_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                           void** handle) {
+  NCCL_REAL(ncclCommRegister);
+  if (real == nullptr) return ncclInternalError;
+  if (handle == nullptr) return real(comm, buff, size, handle);
+  Registration registration = holdRegistration(buff, size);
+  ncclResult_t result = real(comm, buff, size, handle);
+  keepRegistration(result, *handle, std::move(registration));
+  return result;
+}
+
+DELTA_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  NCCL_REAL(ncclCommDeregister);
+  if (real == nullptr) return ncclInternalError;
+  ncclResult_t result = real(comm, handle);
+  endRegistration(result, handle);
+  return result;
+}
+
+DELTA_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
+                                                 ncclWindow_t* win, int winFlags) {
+  NCCL_REAL(ncclCommWindowRegister);
+  if (real == nullptr) return ncclInternalError;
+  if (win == nullptr) return real(comm, buff, size, win, winFlags);
+  Registration registration = holdRegistration(buff, size);
+  ncclResult_t result = real(comm, buff, size, win, winFlags);
+  keepRegistration(result, *win, std::move(registration));
+  return result;
+}
+
+DELTA_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  NCCL_REAL(ncclCommWindowDeregister);
+  if (real == nullptr) return ncclInternalError;
+  ncclResult_t result = real(comm, win);
+  endRegistration(result, win);
+  return result;
+}
+
+// NCCL's own memory (its cuMemCreate allocations, which its peers map): left to NCCL.
+DELTA_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  NCCL_REAL(ncclMemAlloc);
+  if (real == nullptr) return ncclInternalError;
+  ncclResult_t result = real(ptr, size);
+  if (result == ncclSuccess && !insideShim())
+    notePassedThrough(AllocPath::kNcclMemAlloc,
+                      "ncclMemAlloc: NCCL's own memory is left to NCCL, unmanaged and never "
+                      "evicted");
   return result;
 }

@@ -68,6 +68,8 @@ void ensureRuntimeContext() {
   ready = true;
 }
 
+}  // namespace
+
 // NCCL's allocations (made by NCCL's own statically linked runtime, or by NCCL directly)
 // stay unmanaged: its kernels reach them through its device structures, out of our sight.
 bool callerIsNccl(const void* returnAddress) {
@@ -77,6 +79,8 @@ bool callerIsNccl(const void* returnAddress) {
   const char* slash = std::strrchr(info.dli_fname, '/');
   return std::strncmp(slash ? slash + 1 : info.dli_fname, "libnccl", 7) == 0;
 }
+
+namespace {
 
 Residency* managing(size_t bytes) {
   if (insideShim()) return nullptr;
@@ -451,7 +455,7 @@ CUresult answerProcAddress(CUresult result, const char* symbol, void** pfn, cuui
   const bool perThread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   InterceptedDriver& real = interceptedDriver();
 #define DELTA_ANSWER(entry, procBase, perThreadToo)                                \
-  if (!base.empty() && base == procBase && (perThreadToo || !perThread)) {          \
+  if (!base.empty() && base == procBase && answersLookup(perThreadToo, perThread)) {\
     storeSlot(real.entry, *pfn);                                                    \
     *pfn = replacementFor(#entry);                                                  \
     return result;                                                                  \

@@ -6,6 +6,8 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include "shim/alloc_path_symbols.h"
+
 namespace delta::shim {
 
 // glibc's dlsym, found with dlvsym so that our exported dlsym does not find itself.
@@ -56,7 +58,8 @@ const RuntimeApi& runtimeApi();
 // program looks them up by name (dlsym on libcuda's handle, cuGetProcAddress): the exported
 // name; the base name cuGetProcAddress is asked with ("": not answered there); whether its
 // per-thread-default-stream variant is taken too (cuLaunchKernel's is left to CUPTI: strict
-// mode does not cover it). interpose.cpp generates every list of these names from it.
+// mode does not cover it; alloc_paths.h's ProcLookup for entries with a _ptsz of their own).
+// interpose.cpp generates every list of these names from it.
 // cuGetProcAddress itself (v1; cuda.h makes the name a macro for _v2) is handled beside it.
 #define DELTA_MANAGED_DRIVER_SYMBOLS(X)                   \
   X(cuMemAlloc_v2, "cuMemAlloc", true)                    \
@@ -68,7 +71,8 @@ const RuntimeApi& runtimeApi();
   X(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", true)    \
   X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", true)     \
   X(cuLaunchKernel, "cuLaunchKernel", false)              \
-  X(cuGetProcAddress_v2, "", false)
+  X(cuGetProcAddress_v2, "", false)                       \
+  DELTA_ALLOC_PATH_SYMBOLS(X)
 
 // The real versions of the driver functions in that table, as the program would have got them.
 struct InterceptedDriver {

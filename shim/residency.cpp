@@ -164,7 +164,7 @@ void Residency::noteUnmanagedAllocation(CUdeviceptr address, size_t bytes) {
   tables_.addAllocation(address, bytes);
 }
 
-bool Residency::free(CUdeviceptr address) {
+bool Residency::free(CUdeviceptr address, CUevent alsoAfter) {
   ReentryGuard guard;
   std::lock_guard lock(mutex_);
   uint32_t id = addresses_.find(address);
@@ -205,6 +205,7 @@ bool Residency::free(CUdeviceptr address) {
     use.event = nullptr;
     entry.events.push_back(event);
   }
+  if (alsoAfter != nullptr) entry.events.push_back(alsoAfter);
   if (buffer.restoreEvent) {
     entry.events.push_back(buffer.restoreEvent);
     buffer.restoreEvent = nullptr;
@@ -244,6 +245,44 @@ bool Residency::free(CUdeviceptr address) {
   stats_.frees++;
   reclaimQuarantine(false);
   return true;
+}
+
+CUresult Residency::freeOrdered(CUdeviceptr address, CUstream stream, bool perThreadApi) {
+  CUevent event = nullptr;
+  {
+    ReentryGuard guard;
+    std::lock_guard lock(mutex_);
+    uint32_t id = addresses_.find(address);
+    if (id != AddressMap::kNone && buffers_[id].address == address) {
+      // The uses the shim saw are waited for by free(); this event stands for the rest of the
+      // stream's work before the free, which the program may have reached the buffer with
+      // unseen (a pinned buffer's pointer in a kernel-built table, say). This thread names its
+      // own default stream as a _ptsz call does.
+      const bool perThreadStream =
+          stream == CU_STREAM_PER_THREAD || (perThreadApi && stream == nullptr);
+      event = events_.take();
+      CUresult recorded = event == nullptr ? CUDA_ERROR_OUT_OF_MEMORY
+                                           : api_.cuEventRecord(event, perThreadStream
+                                                                           ? CU_STREAM_PER_THREAD
+                                                                           : stream);
+      if (recorded == CUDA_ERROR_INVALID_HANDLE || recorded == CUDA_ERROR_INVALID_CONTEXT) {
+        events_.give(event);
+        return recorded;  // as the real call: a stream it does not know frees nothing
+      }
+      if (recorded != CUDA_SUCCESS) {
+        // No event to be had: the stream's work is waited for now instead.
+        events_.give(event);
+        event = nullptr;
+        api_.cuStreamSynchronize(perThreadStream ? CU_STREAM_PER_THREAD : stream);
+      }
+    }
+  }
+  if (free(address, event)) return CUDA_SUCCESS;
+  if (event != nullptr) {
+    std::lock_guard lock(mutex_);
+    events_.give(event);
+  }
+  return CUDA_ERROR_NOT_FOUND;
 }
 
 bool Residency::reclaimQuarantine(bool wait) {
@@ -483,7 +522,8 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
     const uint32_t id = victims[v].id;
     if (id >= buffers_.size()) continue;
     Buffer& buffer = buffers_[id];
-    if (!buffer.live || buffer.state != State::kResident || buffer.evicting || buffer.pinned)
+    if (!buffer.live || buffer.state != State::kResident || buffer.evicting || buffer.pinned ||
+        buffer.registrations > 0)
       continue;
     if (isHeld(id) || buffer.regenerating) {
       keepIds_.push_back(id);  // not now: the caller asks again without it
@@ -1362,8 +1402,69 @@ bool Residency::pin(CUdeviceptr address, bool pinned) {
   if (id == AddressMap::kNone) return false;
   if (pinned && buffers_[id].evicting) cancelEviction(id, nowNs());
   buffers_[id].pinned = pinned;
-  policy_->onPinned(id, pinned);
+  policy_->onPinned(id, pinned || buffers_[id].registrations > 0);
   return true;
+}
+
+std::vector<uint64_t> Residency::holdRegistration(CUdeviceptr start, uint64_t bytes) {
+  std::vector<uint64_t> serials;
+  if (bytes == 0) return serials;
+  // Resident first, and held meanwhile (nothing evicts them between prepare and the count).
+  Touch touch;
+  touch.rangeStart = start;
+  touch.rangeBytes = bytes;
+  touch.kind = UseKind::kWrite;
+  WorkInfo work;
+  work.kind = WorkInfo::Kind::kKernel;
+  work.name = "an NCCL buffer registration";
+  prepare(nullptr, false, &touch, 1, work);
+  {
+    ReentryGuard guard;
+    std::lock_guard lock(mutex_);
+    const uint64_t end = start + bytes < start ? UINT64_MAX : start + bytes;
+    for (uint64_t at = start; at < end;) {
+      const uint32_t id = addresses_.find(at);
+      if (id == AddressMap::kNone) {
+        // Buffers start on granule boundaries: none is skipped by going to the next one.
+        const uint64_t next = (at / granularity_ + 1) * granularity_;
+        if (next <= at) break;
+        at = next;
+        continue;
+      }
+      Buffer& buffer = buffers_[id];
+      if (buffer.evicting) cancelEviction(id, nowNs());
+      if (buffer.registrations++ == 0) policy_->onPinned(id, true);
+      serials.push_back(buffer.serial);
+      if (buffer.address + buffer.mappedBytes <= at) break;
+      at = buffer.address + buffer.mappedBytes;
+    }
+  }
+  releaseHeld();
+  return serials;
+}
+
+void Residency::releaseRegistration(CUdeviceptr start, uint64_t bytes,
+                                    const std::vector<uint64_t>& serials) {
+  if (bytes == 0 || serials.empty()) return;
+  ReentryGuard guard;
+  std::lock_guard lock(mutex_);
+  const uint64_t end = start + bytes < start ? UINT64_MAX : start + bytes;
+  for (uint64_t at = start; at < end;) {
+    const uint32_t id = addresses_.find(at);
+    if (id == AddressMap::kNone) {
+      const uint64_t next = (at / granularity_ + 1) * granularity_;
+      if (next <= at) break;
+      at = next;
+      continue;
+    }
+    Buffer& buffer = buffers_[id];
+    if (buffer.registrations > 0 &&
+        std::find(serials.begin(), serials.end(), buffer.serial) != serials.end() &&
+        --buffer.registrations == 0)
+      policy_->onPinned(id, buffer.pinned);
+    if (buffer.address + buffer.mappedBytes <= at) break;
+    at = buffer.address + buffer.mappedBytes;
+  }
 }
 
 void Residency::setTrace(trace::TraceWriter* trace) { trace_.store(trace); }

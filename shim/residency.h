@@ -157,7 +157,13 @@ class Residency {
   CUresult allocate(size_t bytes, CUdeviceptr* out);
   // True and frees when `address` is a managed buffer's start; false: not ours (an unmanaged
   // allocation starting there is forgotten, with any pointer table in it).
-  bool free(CUdeviceptr address);
+  // `alsoAfter`: an event of the caller's (from no pool of ours) that the memory waits for too.
+  bool free(CUdeviceptr address, CUevent alsoAfter = nullptr);
+  // cuMemFreeAsync on `stream`: as free(), and the memory also waits for the stream's work
+  // before this call, as the driver promises. CUDA_ERROR_NOT_FOUND: not a managed buffer's
+  // start (forgotten as free() forgets it); the driver's error for a stream it refuses (nothing
+  // is freed then).
+  CUresult freeOrdered(CUdeviceptr address, CUstream stream, bool perThreadApi);
   // An unmanaged allocation made through the shim (below DELTA_MIN_BYTES, or left to the driver):
   // remembered as a range, so that pointer tables copied into it are found.
   void noteUnmanagedAllocation(CUdeviceptr address, size_t bytes);
@@ -201,6 +207,14 @@ class Residency {
 
   // Never evicted while pinned (IPC exports, collectives, the public API).
   bool pin(CUdeviceptr address, bool pinned);
+  // NCCL user-buffer registration (ncclCommRegister): every managed buffer overlapping
+  // [start, start + bytes) is made resident and is never evicted (nor dropped) until the
+  // registration is released, because NCCL and its peers keep using the physical memory they
+  // found there. Registrations nest (counted per buffer, apart from pin()). Returns the serials
+  // of the buffers held, which releaseRegistration() takes back; a buffer freed meanwhile is
+  // not another one that took its address.
+  std::vector<uint64_t> holdRegistration(CUdeviceptr start, uint64_t bytes);
+  void releaseRegistration(CUdeviceptr start, uint64_t bytes, const std::vector<uint64_t>& serials);
 
   // Shares the managed buffer holding `address` with other processes: brings it back if it
   // was evicted, pins it for good (an importer maps its physical memory directly), backs it
@@ -260,6 +274,7 @@ class Residency {
     bool hostPinned = false;
     bool hostValid = false;    // host copy equals the device contents
     bool pinned = false;
+    uint32_t registrations = 0;  // NCCL registrations covering it: pinned while any
     int exportFd = -1;         // shared with other processes through this file descriptor
     StreamUse uses[kMaxStreamUses];
     int useCount = 0;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "policy/policy_factory.h"
+#include "shim/alloc_paths.h"
 #include "shim/cupti_switchboard.h"
 #include "shim/log.h"
 #include "shim/reentry_guard.h"
@@ -226,6 +227,7 @@ void Shim::printSummary() {
             "together at most %llu MiB",
             (unsigned long long)s.foreignHandles, mib(s.foreignBytes), mib(s.foreignPeakBytes),
             mib(s.peakDeviceBytes));
+  printAllocPathSummary();
   logLine("summary: %.3f s waiting for evictions, %llu launches over budget, %llu launches not "
           "analysed, %llu pageable host fallbacks",
           s.stallNs / 1e9, (unsigned long long)s.overBudgetLaunches,
@@ -237,7 +239,7 @@ void Shim::printSummary() {
           "recomputes=%llu recompute_failures=%llu recompute_ns=%llu device_full=%llu "
           "ceiling_bytes=%llu pointer_tables=%llu evictions_ahead=%llu cancelled_evictions=%llu "
           "plans=%llu planning_ns=%llu plan_predicted_ns=%lld foreign_handles=%llu "
-          "foreign_peak_bytes=%llu peak_device_bytes=%llu",
+          "foreign_peak_bytes=%llu peak_device_bytes=%llu%s",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
           (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
@@ -251,7 +253,7 @@ void Shim::printSummary() {
           (unsigned long long)s.cancelledEvictions, (unsigned long long)s.plans,
           (unsigned long long)s.planningNs, (long long)s.planPredictedNs,
           (unsigned long long)s.foreignHandles, (unsigned long long)s.foreignPeakBytes,
-          (unsigned long long)s.peakDeviceBytes);
+          (unsigned long long)s.peakDeviceBytes, allocPathStatsKeys().c_str());
 }
 
 }  // namespace delta::shim
