@@ -2,12 +2,26 @@
 // the shim: its kernels reach the user's buffers only through a descriptor in device memory,
 // whose pointers are obfuscated (as NCCL's own structures are opaque), never through kernel
 // parameters. Grouped calls are enqueued at ncclGroupEnd, as NCCL does. Only what the tests
-// use is implemented: comm init/destroy/count, group start/end, all-reduce (one rank: a copy).
+// use is implemented: comm init/destroy/count, group start/end, all-reduce (one rank: a copy),
+// and user-buffer registration (ncclCommRegister/ncclCommDeregister).
+//
+// Registration, as NCCL does it for memory made with cuMemCreate: the physical memory behind
+// the buffer is retained (cuMemRetainAllocationHandle) and would be mapped by the peers. A
+// buffer that gets other physical memory while registered, or none, leaves them with the old
+// memory: real NCCL then hangs or computes on stale data. The fake checks, at every collective
+// and at deregistration, that each registered buffer still has the memory it had, and fails
+// the call (ncclSystemError, and one line on stderr) when it has not. Memory that is not a
+// cuMemCreate mapping (cudaMalloc's without a shim) is registered by its range alone, as NCCL
+// registers it through CUDA IPC.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "cudasim/cudasim.h"
@@ -35,6 +49,34 @@ struct Comm {
   int next = 0;
 };
 
+struct Registered {
+  CUdeviceptr start;
+  size_t bytes;
+  CUmemGenericAllocationHandle physical;  // retained; 0: not a cuMemCreate mapping
+};
+std::mutex gRegisteredMutex;
+std::vector<Registered*> gRegistered;
+
+// Every registered buffer still has the physical memory it had when it was registered.
+ncclResult_t checkRegistered() {
+  std::lock_guard lock(gRegisteredMutex);
+  for (const Registered* r : gRegistered) {
+    if (r->physical == 0) continue;
+    CUmemGenericAllocationHandle now = 0;
+    const bool mapped = cuMemRetainAllocationHandle(&now, reinterpret_cast<void*>(r->start)) ==
+                        CUDA_SUCCESS;
+    if (mapped) cuMemRelease(now);
+    if (!mapped || now != r->physical) {
+      std::fprintf(stderr,
+                   "fake-nccl: the registered buffer at 0x%llx %s while registered\n",
+                   static_cast<unsigned long long>(r->start),
+                   mapped ? "got other physical memory" : "lost its physical memory");
+      return ncclSystemError;
+    }
+  }
+  return ncclSuccess;
+}
+
 char gKernel;
 thread_local int tGroupDepth = 0;
 thread_local std::vector<std::pair<Comm*, Op>> tPending;
@@ -55,6 +97,7 @@ size_t typeBytes(ncclDataType_t type) {
 }
 
 ncclResult_t enqueue(Comm* comm, const Op& op) {
+  if (ncclResult_t r = checkRegistered(); r != ncclSuccess) return r;
   Descriptor host{reinterpret_cast<uint64_t>(op.send) ^ kScramble,
                   reinterpret_cast<uint64_t>(op.recv) ^ kScramble, op.bytes};
   Descriptor* slot = comm->slots + (comm->next++ % kSlots);
@@ -127,6 +170,31 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
     return ncclSuccess;
   }
   return enqueue(c, op);
+}
+
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  if (comm == nullptr || buff == nullptr || size == 0 || handle == nullptr) return ncclInvalidArgument;
+  auto* r = new Registered{reinterpret_cast<CUdeviceptr>(buff), size, 0};
+  if (cuMemRetainAllocationHandle(&r->physical, buff) != CUDA_SUCCESS) r->physical = 0;
+  std::lock_guard lock(gRegisteredMutex);
+  gRegistered.push_back(r);
+  *handle = r;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  if (comm == nullptr || handle == nullptr) return ncclInvalidArgument;
+  ncclResult_t checked = checkRegistered();
+  auto* r = static_cast<Registered*>(handle);
+  {
+    std::lock_guard lock(gRegisteredMutex);
+    auto it = std::find(gRegistered.begin(), gRegistered.end(), r);
+    if (it == gRegistered.end()) return ncclInvalidArgument;
+    gRegistered.erase(it);
+  }
+  if (r->physical != 0) cuMemRelease(r->physical);
+  delete r;
+  return checked;
 }
 
 }  // extern "C"

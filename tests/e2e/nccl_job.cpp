@@ -4,11 +4,17 @@
 // the call while the collective may still be running. Without the shim's NCCL interposers the
 // collective's kernel would touch evicted memory (cudasim aborts with "illegal address").
 // Prints "nccl: ok" when every result is right.
+//
+// `nccl-job register`: the buffers are registered with ncclCommRegister first and stay
+// registered through every collective and the pressure between them, then are deregistered.
+// Registered buffers must keep their physical memory (the fake NCCL checks it): a shim that
+// evicted them while registered makes the collective or the deregistration fail.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace {
@@ -46,7 +52,8 @@ bool holds(void* device, unsigned char value) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool registered = argc > 1 && std::string(argv[1]) == "register";
   ncclComm_t comm;
   int device = 0;
   CHECK(cudaSetDevice(0));
@@ -64,6 +71,13 @@ int main() {
   CHECK(cudaMemset(recv, 0, kBytes));
   CHECK(cudaMemset(send2, 0x22, kBytes));
   CHECK(cudaMemset(recv2, 0, kBytes));
+  std::vector<void*> handles;
+  if (registered)
+    for (void* b : {send, recv, send2, recv2}) {
+      void* handle = nullptr;
+      CHECK_NCCL(ncclCommRegister(comm, b, kBytes, &handle));
+      handles.push_back(handle);
+    }
   touch(others, stream, 1);  // the collective's buffers go cold: evicted under a tight budget
   CHECK(cudaStreamSynchronize(stream));
 
@@ -74,6 +88,15 @@ int main() {
   CHECK_NCCL(ncclGroupEnd());
   touch(others, stream, 3);
   CHECK(cudaStreamSynchronize(stream));
+  if (registered) {
+    // More pressure while they are still registered, and the collectives again.
+    touch(others, stream, 4);
+    CHECK(cudaStreamSynchronize(stream));
+    CHECK_NCCL(ncclAllReduce(send, recv, kBytes / 4, ncclFloat, ncclSum, comm, stream));
+    touch(others, stream, 5);
+    CHECK(cudaStreamSynchronize(stream));
+    for (void* handle : handles) CHECK_NCCL(ncclCommDeregister(comm, handle));
+  }
 
   if (!holds(recv, 0x11) || !holds(recv2, 0x22)) {
     std::fprintf(stderr, "nccl-job: wrong all-reduce result\n");
