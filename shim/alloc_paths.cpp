@@ -152,14 +152,15 @@ DELTA_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPit
   const uint64_t asked = WidthInBytes * Height;
   auto unmanaged = [&] { return allocateUnmanagedWithRoom(passThrough, asked, dptr); };
   // Below DELTA_MIN_BYTES, as for cudaMalloc, without activating the shim.
-  Residency* residency = asked < shim.minManagedBytes() ? nullptr : shim.active();
-  if (residency == nullptr) return unmanaged();
+  UvmMode* uvm = uvmManaging(asked);  // DELTA_MODE=uvm
+  Residency* residency = uvm || asked < shim.minManagedBytes() ? nullptr : shim.active();
+  if (uvm == nullptr && residency == nullptr) return unmanaged();
   const PitchLimits limits = pitchLimits();
   if (limits.alignment == 0) return unmanaged();
   const uint64_t pitch = (WidthInBytes + limits.alignment - 1) / limits.alignment * limits.alignment;
   if (pitch > limits.maxPitch || Height > UINT64_MAX / pitch) return passThrough();
   const uint64_t bytes = pitch * Height;
-  if (UvmMode* uvm = uvmManaging(bytes)) {  // DELTA_MODE=uvm
+  if (uvm != nullptr) {
     if (uvm->allocate(bytes, dptr) != CUDA_SUCCESS) return passThrough();
     *pPitch = pitch;
     return CUDA_SUCCESS;

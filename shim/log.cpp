@@ -25,7 +25,7 @@ bool allowed() {
 }
 
 void emit(const char* format, va_list args) {
-  char line[1024];
+  char line[2048];  // the stats line is about 1 KiB
   int prefix = std::snprintf(line, sizeof line, "libdelta: ");
   int body = std::vsnprintf(line + prefix, sizeof line - prefix - 1, format, args);
   size_t length = prefix + (body < 0 ? 0 : static_cast<size_t>(body));

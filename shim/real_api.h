@@ -58,7 +58,8 @@ const RuntimeApi& runtimeApi();
 // program looks them up by name (dlsym on libcuda's handle, cuGetProcAddress): the exported
 // name; the base name cuGetProcAddress is asked with ("": not answered there); whether its
 // per-thread-default-stream variant is taken too (cuLaunchKernel's is left to CUPTI: strict
-// mode does not cover it; alloc_paths.h's ProcLookup for entries with a _ptsz of their own).
+// mode does not cover it; alloc_path_symbols.h's ProcLookup for entries with a _ptsz of their
+// own).
 // interpose.cpp generates every list of these names from it.
 // cuGetProcAddress itself (v1; cuda.h makes the name a macro for _v2) is handled beside it.
 #define DELTA_MANAGED_DRIVER_SYMBOLS(X)                   \

@@ -157,7 +157,7 @@ class Residency {
   CUresult allocate(size_t bytes, CUdeviceptr* out);
   // True and frees when `address` is a managed buffer's start; false: not ours (an unmanaged
   // allocation starting there is forgotten, with any pointer table in it).
-  // `alsoAfter`: an event of the caller's (from no pool of ours) that the memory waits for too.
+  // `alsoAfter`: one more event the memory waits for (from the event pool; it goes back there).
   bool free(CUdeviceptr address, CUevent alsoAfter = nullptr);
   // cuMemFreeAsync on `stream`: as free(), and the memory also waits for the stream's work
   // before this call, as the driver promises. CUDA_ERROR_NOT_FOUND: not a managed buffer's

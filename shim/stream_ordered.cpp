@@ -125,14 +125,14 @@ CUresult allocateStreamOrdered(Real real, CUdeviceptr* dptr, size_t bytes, CUmem
   Shim& shim = Shim::instance();
   if (shim.disabled()) return real();
   auto unmanaged = [&] { return allocateUnmanagedWithRoom(real, bytes, dptr); };
-  Residency* residency = bytes < shim.minManagedBytes() ? nullptr : shim.active();
-  if (residency == nullptr) return unmanaged();
   if (uvmManaging(bytes) != nullptr) {
     notePassedThrough(AllocPath::kAsyncPassedThrough,
                       "stream-ordered allocations (cudaMallocAsync, cuMemAllocAsync) are left to "
                       "their pool under DELTA_MODE=uvm");
     return real();
   }
+  Residency* residency = bytes < shim.minManagedBytes() ? nullptr : shim.active();
+  if (residency == nullptr) return unmanaged();
   CUcontext context = nullptr;
   // Without a current context the real call fails; so must we, the same way.
   if (shim.driver().cuCtxGetCurrent(&context) != CUDA_SUCCESS || context == nullptr)
