@@ -9,12 +9,15 @@
 // until the next launch on its stream, at most kMaxLaunchUs; the last one 1 us: a trace records
 // when kernels are enqueued, not how long they run). Counters are the running sums of the
 // records' changes in file order (exact for a job that recorded from one thread).
+//
+// The `export` command's options are parsed here; --pytorch-snapshot goes to pytorch_snapshot.cpp.
 #include <fmt/core.h>
 
 #include <cstdio>
 #include <map>
 
 #include "tools/cli_args.h"
+#include "tools/pytorch_snapshot.h"
 #include "tools/trace_commands.h"
 #include "tools/trace_stats.h"
 
@@ -27,11 +30,16 @@ using trace::RecordType;
 
 constexpr std::string_view kHelp =
     "usage: delta-trace export --chrome FILE -o OUT.json\n"
-    "Writes a trace as Chrome trace-event JSON that opens in Perfetto (ui.perfetto.dev) and\n"
-    "chrome://tracing: a track per CUDA stream with launches, evictions, restores and\n"
-    "recomputes as slices, and counters for resident, host and unmanaged bytes and the budget.\n"
-    "  --chrome FILE   the trace to export (the only format so far)\n"
-    "  -o, --output OUT.json   where to write ('-' for standard output)\n";
+    "       delta-trace export --pytorch-snapshot FILE -o OUT.pickle\n"
+    "Writes a trace in another tool's format.\n"
+    "  --chrome FILE   Chrome trace-event JSON that opens in Perfetto (ui.perfetto.dev) and\n"
+    "                  chrome://tracing: a track per CUDA stream with launches, evictions,\n"
+    "                  restores and recomputes as slices, and counters for resident, host and\n"
+    "                  unmanaged bytes and the budget\n"
+    "  --pytorch-snapshot FILE   the pickle torch.cuda.memory._dump_snapshot writes, for\n"
+    "                  PyTorch's memory viewer (pytorch.org/memory_viz): allocations, frees,\n"
+    "                  evictions and restores as allocator and segment events\n"
+    "  -o, --output OUT   where to write ('-' for standard output)\n";
 
 constexpr std::uint64_t kMaxLaunchNs = 10'000'000;
 
@@ -103,7 +111,9 @@ int exportCommand(const std::vector<std::string>& args) {
   std::vector<std::string> norm;
   for (const std::string& s : args) norm.push_back(s == "-o" ? "--output" : s);
   CliArgs a;
-  if (std::string err = a.parse(norm, {{"chrome", true}, {"output", true}, {"help", false}}); !err.empty()) {
+  if (std::string err = a.parse(norm, {{"chrome", true}, {"pytorch-snapshot", true}, {"output", true},
+                                       {"help", false}});
+      !err.empty()) {
     fmt::print(stderr, "delta-trace export: {} (see 'delta-trace export --help')\n", err);
     return 2;
   }
@@ -115,11 +125,15 @@ int exportCommand(const std::vector<std::string>& args) {
     fmt::print(stderr, "delta-trace export: {} (see 'delta-trace export --help')\n", msg);
     return 2;
   };
-  const auto input = a.value("chrome");
+  const auto chrome = a.value("chrome");
+  const auto snapshot = a.value("pytorch-snapshot");
   const auto output = a.value("output");
-  if (!input) return usage("expected --chrome FILE");
-  if (!output) return usage("expected -o OUT.json");
+  if (chrome && snapshot) return usage("--chrome and --pytorch-snapshot: one format at a time");
+  if (!chrome && !snapshot) return usage("expected --chrome FILE or --pytorch-snapshot FILE");
+  if (!output) return usage(snapshot ? "expected -o OUT.pickle" : "expected -o OUT.json");
   if (!a.positional().empty()) return usage("unexpected argument '" + a.positional()[0] + "'");
+  if (snapshot) return exportPytorchSnapshot(*snapshot, *output);
+  const auto& input = chrome;
 
   trace::TraceReader reader;
   if (std::string err = reader.open(*input); !err.empty()) {

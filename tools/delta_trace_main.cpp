@@ -23,7 +23,7 @@ constexpr Subcommand kCommands[] = {
     {"sweep", "replay traces under several policies and budgets (table or CSV)", delta::tools::sweepCommand},
     {"maxbatch", "largest batch factor within a budget and an overhead", delta::tools::maxbatchCommand},
     {"summary", "peaks, traffic, stalls and over-budget launches of a trace", delta::tools::summaryCommand},
-    {"export", "a trace as Chrome trace-event JSON (--chrome FILE -o out.json)", delta::tools::exportCommand},
+    {"export", "a trace as Chrome trace JSON or a PyTorch memory snapshot (FILE -o OUT)", delta::tools::exportCommand},
     {"plot", "a trace's memory timeline as an SVG (FILE -o memory.svg)", delta::tools::plotCommand},
     {"diff", "two traces of the same job side by side", delta::tools::diffCommand},
 };

@@ -1,5 +1,5 @@
-// delta-trace's subcommands over the shim's own traces: `summary`, `export --chrome`, `plot`
-// and `diff`. Each streams its input (bounded memory) and returns the exit status: 0 ok, 1 bad
+// delta-trace's subcommands over the shim's own traces: `summary`, `export` (--chrome,
+// --pytorch-snapshot), `plot` and `diff`. Each streams its input (bounded memory) and returns the exit status: 0 ok, 1 bad
 // or unreadable input (the message names the byte offset), 2 bad usage.
 #pragma once
 
