@@ -5,8 +5,11 @@
 // Each host thread owns its buffers, a few streams (the per-thread default stream and
 // non-blocking ones) and a PRNG seeded from --seed and its index, and performs a random
 // sequence of: allocations (log-uniform sizes from 1 KiB to --max-bytes, so many are above the
-// shim's 1 MiB managed threshold), frees (of the buffer used least recently — the one a budget
-// has most likely evicted —, of the one just touched, of one whose restore was just enqueued),
+// shim's 1 MiB managed threshold; by cudaMalloc, cudaMallocAsync from the current pool or from
+// the thread's own pool on one of its streams, or cudaMallocPitch), frees (of the buffer used
+// least recently — the one a budget has most likely evicted —, of the one just touched, of one
+// whose restore was just enqueued; stream-ordered, after every use, for what was allocated on a
+// stream),
 // kernel launches (fill, mix, gather through a pointer table in device memory, digest), async
 // copies in the three directions from pinned and pageable host memory, memsets, event waits
 // across streams and stream / device synchronisations.
@@ -246,10 +249,19 @@ class Rng {
   uint64_t state_;
 };
 
+// How a buffer was allocated, and so how it is freed.
+enum class AllocPath : uint8_t {
+  kMalloc,  // cudaMalloc, freed by cudaFree
+  kAsync,   // cudaMallocAsync from the device's current pool, freed by cudaFreeAsync
+  kPool,    // cudaMallocFromPoolAsync from the thread's own pool, freed by cudaFreeAsync
+  kPitch,   // cudaMallocPitch (height 1 to 4, used as one contiguous range), freed by cudaFree
+};
+
 struct Buffer {
   uint32_t id = 0;  // per thread, in allocation order
   uint8_t* device = nullptr;
   uint64_t bytes = 0;
+  AllocPath path = AllocPath::kMalloc;
   std::vector<uint8_t> shadow;
   int lastStream = -1;
   uint64_t lastTouch = 0;  // op index
@@ -316,6 +328,7 @@ class Worker {
     while (!buffers_.empty()) freeAt(buffers_.size() - 1);
     while (!tables_.empty()) freeSmallTable(tables_.back().get());
     syncAll();
+    if (pool_ != nullptr) CHECK(cudaMemPoolDestroy(pool_));
     for (int s = 0; s < kStreams; ++s) {
       CHECK(cudaEventDestroy(streams_[s].event));
       if (streams_[s].stream != cudaStreamPerThread) CHECK(cudaStreamDestroy(streams_[s].stream));
@@ -323,6 +336,7 @@ class Worker {
   }
 
   uint64_t peak() const { return peak_; }
+
   uint64_t maxLaunch() const { return maxLaunch_; }
   uint64_t compared() const { return compared_; }
   uint64_t finalDigest() const { return digest_; }
@@ -440,6 +454,18 @@ class Worker {
     *offset = rng_.below(b.bytes - *bytes + 1);
   }
 
+  // This thread's own memory pool (plain: device memory of device 0), made at first use.
+  cudaMemPool_t threadPool() {
+    if (pool_ == nullptr) {
+      cudaMemPoolProps props{};
+      props.allocType = cudaMemAllocationTypePinned;
+      props.location.type = cudaMemLocationTypeDevice;
+      props.location.id = 0;
+      CHECK(cudaMemPoolCreate(&pool_, &props));
+    }
+    return pool_;
+  }
+
   void allocate() {
     const uint64_t bytes = rng_.logUniform(kMinBytes, options_.maxBytes);
     // Make room under this thread's share of the peak: free the coldest buffers first (a
@@ -448,9 +474,26 @@ class Worker {
     auto b = std::make_unique<Buffer>();
     b->id = nextId_++;
     b->bytes = bytes;
-    CHECK(cudaMalloc(reinterpret_cast<void**>(&b->device), bytes));
-    // cudaMalloc's contents are undefined: give it defined ones before anything reads them.
     const int s = randomStream();
+    const uint64_t how = rng_.below(10);
+    void** out = reinterpret_cast<void**>(&b->device);
+    if (how < 6) {
+      CHECK(cudaMalloc(out, bytes));
+    } else if (how < 8) {
+      // Usable by the work that follows on its stream: the fill below, on that stream.
+      b->path = AllocPath::kAsync;
+      CHECK(cudaMallocAsync(out, bytes, streams_[s].stream));
+    } else if (how < 9) {
+      b->path = AllocPath::kPool;
+      CHECK(cudaMallocFromPoolAsync(out, bytes, threadPool(), streams_[s].stream));
+    } else {
+      // Rows of a pitched allocation, used as one range: pitch * height covers `bytes`.
+      b->path = AllocPath::kPitch;
+      const uint64_t height = 1 + rng_.below(4);
+      size_t pitch = 0;
+      CHECK(cudaMallocPitch(out, &pitch, (bytes + height - 1) / height, height));
+    }
+    // The allocation's contents are undefined: give it defined ones before anything reads them.
     const uint64_t seed = rng_.next();
     b->shadow.resize(bytes);
     fill_bytes(b->shadow.data(), bytes, seed);
@@ -465,9 +508,17 @@ class Worker {
 
   void freeAt(size_t index) {
     Buffer& b = *buffers_[index];
-    // cudaFree waits for the work that uses the buffer (implicitly synchronising); under the
-    // shim it must not hand the memory out again before that work is done.
-    CHECK(cudaFree(b.device));
+    if (b.path == AllocPath::kAsync || b.path == AllocPath::kPool) {
+      // A stream-ordered free: after every use, on a stream of its own choosing. The memory may
+      // be handed out again at once to work ordered after it, and to nothing else.
+      const int s = randomStream();
+      orderOn(s, {&b});
+      CHECK(cudaFreeAsync(b.device, streams_[s].stream));
+    } else {
+      // cudaFree waits for the work that uses the buffer (implicitly synchronising); under the
+      // shim it must not hand the memory out again before that work is done.
+      CHECK(cudaFree(b.device));
+    }
     live_ -= b.bytes;
     addLive(-static_cast<int64_t>(b.bytes));
     buffers_[index] = std::move(buffers_.back());
@@ -887,6 +938,7 @@ class Worker {
   uint64_t live_ = 0;
   uint64_t peak_ = 0;
   uint64_t maxLaunch_ = 0;
+  cudaMemPool_t pool_ = nullptr;
   uint64_t compared_ = 0;
   uint64_t digest_ = 0;
 };
