@@ -1406,6 +1406,25 @@ bool Residency::pin(CUdeviceptr address, bool pinned) {
   return true;
 }
 
+template <class Visit>
+void Residency::forEachBufferIn(CUdeviceptr start, uint64_t bytes, Visit visit) {
+  const uint64_t end = start + bytes < start ? UINT64_MAX : start + bytes;
+  for (uint64_t at = start; at < end;) {
+    const uint32_t id = addresses_.find(at);
+    if (id == AddressMap::kNone) {
+      // Buffers start on granule boundaries: none is skipped by going to the next one.
+      const uint64_t next = (at / granularity_ + 1) * granularity_;
+      if (next <= at) break;
+      at = next;
+      continue;
+    }
+    Buffer& buffer = buffers_[id];
+    visit(id, buffer);
+    if (buffer.address + buffer.mappedBytes <= at) break;
+    at = buffer.address + buffer.mappedBytes;
+  }
+}
+
 std::vector<uint64_t> Residency::holdRegistration(CUdeviceptr start, uint64_t bytes) {
   std::vector<uint64_t> serials;
   if (bytes == 0) return serials;
@@ -1421,23 +1440,11 @@ std::vector<uint64_t> Residency::holdRegistration(CUdeviceptr start, uint64_t by
   {
     ReentryGuard guard;
     std::lock_guard lock(mutex_);
-    const uint64_t end = start + bytes < start ? UINT64_MAX : start + bytes;
-    for (uint64_t at = start; at < end;) {
-      const uint32_t id = addresses_.find(at);
-      if (id == AddressMap::kNone) {
-        // Buffers start on granule boundaries: none is skipped by going to the next one.
-        const uint64_t next = (at / granularity_ + 1) * granularity_;
-        if (next <= at) break;
-        at = next;
-        continue;
-      }
-      Buffer& buffer = buffers_[id];
+    forEachBufferIn(start, bytes, [&](uint32_t id, Buffer& buffer) {
       if (buffer.evicting) cancelEviction(id, nowNs());
       if (buffer.registrations++ == 0) policy_->onPinned(id, true);
       serials.push_back(buffer.serial);
-      if (buffer.address + buffer.mappedBytes <= at) break;
-      at = buffer.address + buffer.mappedBytes;
-    }
+    });
   }
   releaseHeld();
   return serials;
@@ -1448,24 +1455,14 @@ void Residency::releaseRegistration(CUdeviceptr start, uint64_t bytes,
   if (bytes == 0 || serials.empty()) return;
   ReentryGuard guard;
   std::lock_guard lock(mutex_);
-  const uint64_t end = start + bytes < start ? UINT64_MAX : start + bytes;
-  for (uint64_t at = start; at < end;) {
-    const uint32_t id = addresses_.find(at);
-    if (id == AddressMap::kNone) {
-      const uint64_t next = (at / granularity_ + 1) * granularity_;
-      if (next <= at) break;
-      at = next;
-      continue;
-    }
-    Buffer& buffer = buffers_[id];
+  forEachBufferIn(start, bytes, [&](uint32_t id, Buffer& buffer) {
     if (buffer.registrations > 0 &&
         std::find(serials.begin(), serials.end(), buffer.serial) != serials.end() &&
         --buffer.registrations == 0)
       policy_->onPinned(id, buffer.pinned);
-    if (buffer.address + buffer.mappedBytes <= at) break;
-    at = buffer.address + buffer.mappedBytes;
-  }
+  });
 }
+
 
 void Residency::setTrace(trace::TraceWriter* trace) { trace_.store(trace); }
 

@@ -351,6 +351,10 @@ class Residency {
     stats_.peakDeviceBytes = std::max(stats_.peakDeviceBytes, resident_ + foreignBytes_);
   }
   uint64_t limitLocked() const { return std::min(config_.budgetBytes, ceiling_); }
+  // Calls visit(id, buffer) for every managed buffer overlapping [start, start + bytes), in
+  // address order (the lock held).
+  template <class Visit>
+  void forEachBufferIn(CUdeviceptr start, uint64_t bytes, Visit visit);
   // `cause`: the trace's name id of the work that needs the room (0: an allocation).
   CUresult makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
                     uint32_t cause);

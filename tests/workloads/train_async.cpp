@@ -36,27 +36,18 @@
 #include <string>
 #include <vector>
 
+#include "sim_workload.h"
 #include "size_arg.h"
 
 namespace {
 
+constexpr const char* kProgram = "train-async";
+using delta::workloads::arg;
+using delta::workloads::hashedUnit;
+
 constexpr int kMaxLayers = 8;
 
-[[noreturn]] void failed(const char* call, cudaError_t error, int line) {
-  std::fprintf(stderr, "train-async: %s failed (line %d): %s\n", call, line,
-               cudaGetErrorString(error));
-  std::exit(1);
-}
-#define CHECK(call)                                       \
-  do {                                                    \
-    cudaError_t e_ = (call);                              \
-    if (e_ != cudaSuccess) failed(#call, e_, __LINE__);   \
-  } while (0)
 
-template <typename T>
-T arg(void** params, int i) {
-  return *static_cast<T*>(params[i]);
-}
 
 void forward_kernel() {}
 void loss_kernel() {}
@@ -129,11 +120,7 @@ void init_body(void** p, dim3, dim3) {
   float* b = arg<float*>(p, 0);
   const uint64_t n = arg<uint64_t>(p, 1), seed = arg<uint64_t>(p, 2);
   for (uint64_t i = 0; i < n; ++i) {
-    uint64_t x = (seed + i) * 0x9E3779B97F4A7C15ull;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    b[i] = 0.9f + 0.2f * static_cast<float>(x & 0xffffffffu) / 4294967296.0f;
+    b[i] = 0.9f + 0.2f * hashedUnit(seed, i);
   }
 }
 

@@ -29,29 +29,25 @@
 #include <string>
 #include <vector>
 
+#include "sim_workload.h"
 #include "size_arg.h"
 
 namespace {
 
-[[noreturn]] void failed(const char* call, int error, int line) {
-  std::fprintf(stderr, "train-segments: %s failed (line %d): error %d\n", call, line, error);
-  std::exit(1);
-}
-#define CHECK(call)                                          \
-  do {                                                       \
-    cudaError_t e_ = (call);                                 \
-    if (e_ != cudaSuccess) failed(#call, e_, __LINE__);      \
-  } while (0)
-#define CHECK_CU(call)                                       \
-  do {                                                       \
-    CUresult r_ = (call);                                    \
-    if (r_ != CUDA_SUCCESS) failed(#call, r_, __LINE__);     \
-  } while (0)
+constexpr const char* kProgram = "train-segments";
+using delta::workloads::arg;
+using delta::workloads::hashedUnit;
 
-template <typename T>
-T arg(void** params, int i) {
-  return *static_cast<T*>(params[i]);
-}
+// Driver calls (the segment's virtual memory): the same, with the driver's error number.
+#define CHECK_CU(call)                                                              \
+  do {                                                                              \
+    CUresult r_ = (call);                                                           \
+    if (r_ != CUDA_SUCCESS) {                                                       \
+      std::fprintf(stderr, "%s: %s failed (line %d): CUresult %d\n", kProgram, #call, \
+                   __LINE__, static_cast<int>(r_));                                 \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
 
 void init_kernel() {}
 void forward_kernel() {}
@@ -65,11 +61,7 @@ void init_body(void** p, dim3, dim3) {
   const uint64_t n = arg<uint64_t>(p, 1), seed = arg<uint64_t>(p, 2);
   const float scale = arg<float>(p, 3);
   for (uint64_t i = 0; i < n; ++i) {
-    uint64_t x = (seed + i) * 0x9E3779B97F4A7C15ull;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    b[i] = scale * (static_cast<float>(x & 0xffffffffu) / 4294967296.0f - 0.5f);
+    b[i] = scale * (hashedUnit(seed, i) - 0.5f);
   }
 }
 
