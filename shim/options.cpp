@@ -219,7 +219,9 @@ constexpr std::array<Row, 14> kTable = {{
       "trace.",
       "a file path"},
      parseTrace, [](const Options& o) { return o.tracePath; }},
-    {{"DELTA_TRACE_STACKS", "0", "Record each allocation's call stack in the trace.",
+    {{"DELTA_TRACE_STACKS", "0",
+      "Record each managed allocation's call stack in `DELTA_TRACE` (libunwind, else glibc's "
+      "`backtrace`); `delta-trace summary` ranks the sites.",
       kBoolAccepted},
      parseTraceStacks, [](const Options& o) { return formatBool(o.traceStacks); }},
     {{"DELTA_TRACE_OVERWRITE", "0",

@@ -64,6 +64,7 @@ Residency::Residency(const DriverApi& api, const ResidencyConfig& config,
   workingSet_.reserve(64);
   writtenScratch_.reserve(64);
   keepIds_.reserve(64);
+  if (config.traceStacks) stacks_ = std::make_unique<CallStacks>();
 }
 
 // ---- mapping physical memory -------------------------------------------------------------
@@ -85,6 +86,10 @@ CUresult Residency::mapAt(CUdeviceptr address, uint64_t bytes, CUmemGenericAlloc
 CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   NoticesAfterUnlock notices{this};
   ReentryGuard guard;
+  uint32_t stack = 0;  // taken before the lock: other threads need not wait for an unwind
+  if (stacks_ != nullptr)
+    if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
+      stack = stacks_->capture(*trace);
   std::lock_guard lock(mutex_);
   const uint64_t mapped = roundUp(bytes, granularity_);
   uint32_t id;
@@ -148,7 +153,7 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   // Stamped now, not when the call began: evictions that made room come before it.
   if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
     trace->alloc(trace::AllocRecord{static_cast<uint64_t>(nowNs()), buffer.serial, address, bytes,
-                                    0, 0, trace::kAllocManaged});
+                                    0, stack, trace::kAllocManaged});
   *out = address;
   return CUDA_SUCCESS;
 }

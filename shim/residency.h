@@ -58,6 +58,7 @@
 
 #include "policy/policy.h"
 #include "shim/address_map.h"
+#include "shim/call_stacks.h"
 #include "shim/planner_thread.h"
 #include "shim/pools.h"
 #include "shim/pointer_tables.h"
@@ -72,6 +73,7 @@ struct ResidencyConfig {
   bool strict = false;
   bool prefetch = true;  // restore what the policy predicts, when it fits without evicting
   uint64_t deviceBytes = 0;  // the device's memory, for messages
+  bool traceStacks = false;  // DELTA_TRACE_STACKS: managed allocations' call stacks in the trace
 };
 
 struct Stats {
@@ -469,6 +471,7 @@ class Residency {
   std::vector<uint32_t> freeIds_;
   uint64_t resident_ = 0;
   uint64_t quarantinedBytes_ = 0;
+  std::unique_ptr<CallStacks> stacks_;  // DELTA_TRACE_STACKS
   std::map<CUmemGenericAllocationHandle, uint64_t> foreignHandles_;  // the program's cuMemCreate
   uint64_t foreignBytes_ = 0;
   std::multimap<uint64_t, CUdeviceptr> addressCache_;            // reservations to reuse

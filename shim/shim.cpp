@@ -106,6 +106,7 @@ Residency* Shim::activate() {
   config.hostLimitBytes = hostLimit;
   config.strict = options_.strict;
   config.prefetch = options_.prefetch;
+  config.traceStacks = options_.traceStacks && !options_.tracePath.empty();
   config.deviceBytes = deviceBytes;
   auto* residency = new Residency(driver_, config, std::move(made.policy), granularity);
   CuptiStatus cupti = subscribeCupti(options_.cuptiPath, driver_, *residency);

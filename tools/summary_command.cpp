@@ -144,6 +144,17 @@ void printSummary(std::FILE* out, const TraceStats& s, std::size_t top) {
     fmt::print(out, "  {:>10}  {:>4} stall(s)  {:>8} launch(es)  {}\n", formatNs(ks[i].second->stall_ns),
                ks[i].second->stall_events, ks[i].second->launches, s.kernelName(ks[i].first));
   }
+  if (!s.sites.empty()) {
+    // Recorded with DELTA_TRACE_STACKS=1: where the managed bytes were asked for.
+    std::vector<std::pair<std::uint32_t, const TraceStats::Site*>> sites;
+    for (const auto& [stack, site] : s.sites) sites.emplace_back(stack, &site);
+    std::stable_sort(sites.begin(), sites.end(),
+                     [](auto& a, auto& b) { return a.second->bytes > b.second->bytes; });
+    fmt::print(out, "top allocation sites (innermost frame first)\n");
+    for (std::size_t i = 0; i < sites.size() && i < top; ++i)
+      fmt::print(out, "  {:>10}  {:>6} allocation(s)  {}\n", formatBytes(sites[i].second->bytes),
+                 sites[i].second->allocations, s.siteName(sites[i].first, 4));
+  }
   fmt::print(out, "file\n");
   if (s.closed) {
     fmt::print(out, "  closing record: {} records written, {} dropped by the writer{}\n",

@@ -16,6 +16,20 @@ std::string TraceStats::kernelName(std::uint32_t id) const {
   return id == 0 ? std::string("(none)") : "#" + std::to_string(id);
 }
 
+std::string TraceStats::siteName(std::uint32_t stack, std::size_t frames) const {
+  auto it = stacks.find(stack);
+  if (it == stacks.end()) return "#" + std::to_string(stack) + " (no stack record)";
+  std::string text;
+  for (std::size_t i = 0; i < it->second.size() && i < frames; ++i) {
+    const trace::StackFrame& frame = it->second[i];
+    auto name = names.find(frame.name);
+    if (!text.empty()) text += " < ";
+    text += frame.name != 0 && name != names.end() ? name->second
+                                                   : fmt::format("{:#x}", frame.address);
+  }
+  return text.empty() ? "(empty stack)" : text;
+}
+
 bool memoryDelta(const Record& r, MemoryDelta& d) {
   d = MemoryDelta{};
   const auto b = [](std::uint64_t v) { return static_cast<std::int64_t>(v); };
@@ -115,10 +129,18 @@ std::string computeTraceStats(const std::string& path, TraceStats& s) {
       case RecordType::kString:
         s.names[r.string.id] = std::string(r.string.text);
         break;
+      case RecordType::kStack:
+        s.stacks[r.stack.id].assign(r.stack.frames.begin(), r.stack.frames.end());
+        break;
       case RecordType::kAlloc: {
         ++s.allocs;
         BufferStats& b = s.buffers[r.alloc.buffer];
         b.bytes = std::max(b.bytes, r.alloc.bytes);
+        if (r.alloc.stack != 0) {
+          TraceStats::Site& site = s.sites[r.alloc.stack];
+          ++site.allocations;
+          site.bytes += r.alloc.bytes;
+        }
         break;
       }
       case RecordType::kFree:

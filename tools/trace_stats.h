@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "trace/trace_reader.h"
 
@@ -62,11 +63,20 @@ struct TraceStats {
 
   std::map<std::uint64_t, BufferStats> buffers;
   std::map<std::uint32_t, KernelStats> kernels;
-  std::map<std::uint32_t, std::string> names;  // kernel name ids -> names
+  std::map<std::uint32_t, std::string> names;  // name ids (kernels, stack frames) -> names
+  // Allocations by call stack (DELTA_TRACE_STACKS=1): how many and how many bytes, per stack id;
+  // and each stack's frames, innermost first.
+  struct Site {
+    std::uint64_t allocations = 0, bytes = 0;
+  };
+  std::map<std::uint32_t, Site> sites;
+  std::map<std::uint32_t, std::vector<trace::StackFrame>> stacks;
 
   std::uint64_t stallNs() const { return stall_evict_ns + stall_restore_ns + stall_recompute_ns; }
   std::uint64_t durationNs() const { return last_ns > first_ns ? last_ns - first_ns : 0; }
   std::string kernelName(std::uint32_t id) const;
+  // A stack's first `frames` frames, "innermost < caller < ...", by name where one was recorded.
+  std::string siteName(std::uint32_t stack, std::size_t frames) const;
 };
 
 // Reads `path` whole (streaming). Returns "" when the header was readable (the stats may still

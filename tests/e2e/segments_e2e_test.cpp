@@ -5,9 +5,10 @@
 // counts it in the budget: the managed buffers make room for it. On cudasim, under a real
 // LD_PRELOAD: a kernel touching memory that is not mapped stops cudasim with "illegal address".
 //
-// Arguments (from meson): train-segments, libdelta.so.
+// Arguments (from meson): train-segments, libdelta.so, delta-trace.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ namespace {
 
 std::string gTrainSegments;
 std::string gShim;
+std::string gDeltaTrace;
 
 using Outcome = delta::testing::ChildRun;
 
@@ -81,15 +83,39 @@ TEST(SegmentsEndToEnd, WithoutAShortBudgetNothingMoves) {
   EXPECT_GT(shimmed.stat("foreign_handles"), 0u);
 }
 
+// DELTA_TRACE_STACKS=1: each managed allocation's call stack is in the trace, the shim's own
+// frames left out, and `delta-trace summary` ranks the sites. train-segments allocates its
+// weights, gradients and momenta at three call sites, 8 layers each.
+TEST(SegmentsEndToEnd, AllocationCallStacksNameTheProgramsSites) {
+  const std::string trace = ::testing::TempDir() + "segments-stacks.trace";
+  std::remove(trace.c_str());
+  const Outcome shimmed = underShim(1, {"DELTA_BUDGET=1G", "DELTA_TRACE=" + trace,
+                                        "DELTA_TRACE_STACKS=1"});
+  ASSERT_EQ(shimmed.status, 0) << shimmed.err;
+  const Outcome summary = delta::testing::runChild({gDeltaTrace, "summary", trace}, {});
+  ASSERT_EQ(summary.status, 0) << summary.err;
+  const size_t sites = summary.out.find("top allocation sites");
+  ASSERT_NE(sites, std::string::npos) << summary.out;
+  const std::string table = summary.out.substr(sites, summary.out.find("\nfile\n", sites) - sites);
+  size_t rows = 0;
+  for (size_t at = table.find("8 allocation(s)  train-segments+"); at != std::string::npos;
+       at = table.find("8 allocation(s)  train-segments+", at + 1))
+    ++rows;
+  EXPECT_EQ(rows, 3u) << table;
+  EXPECT_EQ(table.find("libdelta"), std::string::npos) << table;
+  std::remove(trace.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s TRAIN_SEGMENTS LIBDELTA_SO\n", argv[0]);
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s TRAIN_SEGMENTS LIBDELTA_SO DELTA_TRACE\n", argv[0]);
     return 2;
   }
   gTrainSegments = argv[1];
   gShim = argv[2];
+  gDeltaTrace = argv[3];
   return RUN_ALL_TESTS();
 }
