@@ -422,8 +422,10 @@ DELTA_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, 
   auto real = REAL_DRIVER(cuMemCreate);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   Residency* residency = managingFree();
+  // Only memory of the device whose budget this is (Residency maps on ordinal 0): host memory
+  // and other devices' memory are not under it.
   if (residency == nullptr || handle == nullptr || size == 0 || prop == nullptr ||
-      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0)
     return real(handle, size, prop, flags);
   residency->beforeForeignCreate(size);
   CUresult result = real(handle, size, prop, flags);
