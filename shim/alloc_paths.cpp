@@ -121,26 +121,11 @@ void printAllocPathSummary() {
 
 using namespace delta::shim;
 
-namespace {
-
-// The real cuMemAllocPitch_v2: the one cuGetProcAddress or dlsym gave out, else the next
-// definition after libdelta.so.
-decltype(&::cuMemAllocPitch_v2) realAllocPitch() {
-  auto& slot = interceptedDriver().cuMemAllocPitch_v2;
-  auto real = __atomic_load_n(&slot, __ATOMIC_RELAXED);
-  if (real == nullptr) {
-    real = reinterpret_cast<decltype(real)>(realDlsym()(RTLD_NEXT, "cuMemAllocPitch_v2"));
-    __atomic_store_n(&slot, real, __ATOMIC_RELAXED);
-  }
-  return real;
-}
-
-}  // namespace
-
 DELTA_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch,
                                                 size_t WidthInBytes, size_t Height,
                                                 unsigned int ElementSizeBytes) {
-  auto real = realAllocPitch();
+  // The one cuGetProcAddress or dlsym gave out, else the next definition after libdelta.so.
+  auto real = nextFunction(interceptedDriver().cuMemAllocPitch_v2, "cuMemAllocPitch_v2");
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   auto passThrough = [&] { return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes); };
   if (dptr == nullptr || pPitch == nullptr || WidthInBytes == 0 || Height == 0 ||

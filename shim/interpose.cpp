@@ -40,16 +40,6 @@ void storeSlot(F& slot, void* function) {
   __atomic_store_n(&slot, reinterpret_cast<F>(function), __ATOMIC_RELAXED);
 }
 
-template <class F>
-F nextFunction(F& cache, const char* name) {
-  F function = __atomic_load_n(&cache, __ATOMIC_RELAXED);
-  if (function == nullptr) {
-    function = reinterpret_cast<F>(realDlsym()(RTLD_NEXT, name));
-    __atomic_store_n(&cache, function, __ATOMIC_RELAXED);
-  }
-  return function;
-}
-
 // The real driver function behind a replacement: the one we intercepted (dlsym or
 // cuGetProcAddress), else the driver's own, else the next definition by symbol.
 #define REAL_DRIVER(name)                                                              \

@@ -3,6 +3,8 @@
 // few runtime functions the shim needs. Each is resolved once.
 #pragma once
 
+#include <dlfcn.h>
+
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -13,6 +15,18 @@ namespace delta::shim {
 // glibc's dlsym, found with dlvsym so that our exported dlsym does not find itself.
 using DlsymFunction = void* (*)(void*, const char*);
 DlsymFunction realDlsym();
+
+// The next definition of `name` after libdelta.so, looked up once and cached in `cache` (relaxed
+// atomics: several threads may fill it, with the same value).
+template <class F>
+F nextFunction(F& cache, const char* name) {
+  F function = __atomic_load_n(&cache, __ATOMIC_RELAXED);
+  if (function == nullptr) {
+    function = reinterpret_cast<F>(realDlsym()(RTLD_NEXT, name));
+    __atomic_store_n(&cache, function, __ATOMIC_RELAXED);
+  }
+  return function;
+}
 
 #define DELTA_DRIVER_FUNCTIONS(X)                                                         \
   X(cuInit) X(cuGetProcAddress_v2) X(cuGetErrorString) X(cuCtxGetCurrent)                  \

@@ -527,8 +527,7 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
     const uint32_t id = victims[v].id;
     if (id >= buffers_.size()) continue;
     Buffer& buffer = buffers_[id];
-    if (!buffer.live || buffer.state != State::kResident || buffer.evicting || buffer.pinned ||
-        buffer.registrations > 0)
+    if (!buffer.live || buffer.state != State::kResident || buffer.evicting || buffer.immovable())
       continue;
     if (isHeld(id) || buffer.regenerating) {
       keepIds_.push_back(id);  // not now: the caller asks again without it
@@ -1407,7 +1406,7 @@ bool Residency::pin(CUdeviceptr address, bool pinned) {
   if (id == AddressMap::kNone) return false;
   if (pinned && buffers_[id].evicting) cancelEviction(id, nowNs());
   buffers_[id].pinned = pinned;
-  policy_->onPinned(id, pinned || buffers_[id].registrations > 0);
+  policy_->onPinned(id, buffers_[id].immovable());
   return true;
 }
 

@@ -275,8 +275,9 @@ class Residency {
     void* host = nullptr;      // host copy (pinned from the host pool, or pageable)
     bool hostPinned = false;
     bool hostValid = false;    // host copy equals the device contents
-    bool pinned = false;
+    bool pinned = false;         // delta_pin, or shared with other processes (IPC)
     uint32_t registrations = 0;  // NCCL registrations covering it: pinned while any
+    bool immovable() const { return pinned || registrations > 0; }
     int exportFd = -1;         // shared with other processes through this file descriptor
     StreamUse uses[kMaxStreamUses];
     int useCount = 0;

@@ -40,16 +40,7 @@ namespace {
 // The device whose memory the shim manages: Residency maps its buffers on ordinal 0.
 constexpr int kManagedDevice = 0;
 
-template <class F>
-F realEntry(F& slot, const char* name) {
-  F function = __atomic_load_n(&slot, __ATOMIC_RELAXED);
-  if (function == nullptr) {
-    function = reinterpret_cast<F>(realDlsym()(RTLD_NEXT, name));
-    __atomic_store_n(&slot, function, __ATOMIC_RELAXED);
-  }
-  return function;
-}
-#define REAL_ENTRY(name) realEntry(interceptedDriver().name, #name)
+#define REAL_ENTRY(name) nextFunction(interceptedDriver().name, #name)
 
 // Driver functions only this file needs, fetched once the shim is active (its driver loaded).
 struct PoolDriver {

@@ -17,6 +17,7 @@
 #include <map>
 
 #include "tools/cli_args.h"
+#include "tools/export_file.h"
 #include "tools/pytorch_snapshot.h"
 #include "tools/trace_commands.h"
 #include "tools/trace_stats.h"
@@ -140,15 +141,9 @@ int exportCommand(const std::vector<std::string>& args) {
     fmt::print(stderr, "delta-trace export: {}\n", err);
     return 1;
   }
-  // Written beside OUT and renamed over it at the end: a file that turns out corrupt half-way
-  // must not leave half an export (or destroy a good one) where the user asked for it.
-  const bool toFile = *output != "-";
-  const std::string partial = *output + ".partial";
-  std::FILE* out = toFile ? std::fopen(partial.c_str(), "w") : stdout;
-  if (out == nullptr) {
-    fmt::print(stderr, "delta-trace export: cannot write {}\n", *output);
-    return 1;
-  }
+  ExportFile file(*output, false);
+  std::FILE* out = file.file();
+  if (out == nullptr) return 1;
   const trace::FileHeader& h = reader.header();
   ChromeWriter w(out, h.start_monotonic_ns, h.pid);
   fmt::print(out, "{{\"displayTimeUnit\":\"ns\",\"otherData\":{{\"producer\":{},\"device\":{},"
@@ -249,28 +244,7 @@ int exportCommand(const std::vector<std::string>& args) {
   }
   while (!pending.empty()) finish(pending.begin()->first, 0);
   fmt::print(out, "\n]}}\n");
-  bool write_failed = std::ferror(out) != 0;
-  if (toFile) write_failed = std::fclose(out) != 0 || write_failed;
-  const bool corrupt = reader.status() != trace::ReadStatus::kEnd &&
-                       reader.status() != trace::ReadStatus::kTruncated;
-  if (toFile && (write_failed || corrupt || std::rename(partial.c_str(), output->c_str()) != 0)) {
-    std::remove(partial.c_str());
-    if (!corrupt) {
-      fmt::print(stderr, "delta-trace export: writing {} failed\n", *output);
-      return 1;
-    }
-  }
-  if (write_failed) {
-    fmt::print(stderr, "delta-trace export: writing {} failed\n", *output);
-    return 1;
-  }
-  if (reader.status() != trace::ReadStatus::kEnd) {
-    const bool cut = reader.status() == trace::ReadStatus::kTruncated;
-    fmt::print(stderr, "delta-trace export: {}: {}{}\n", cut ? "warning" : "error", reader.error(),
-               cut ? "; exported the records before it" : "");
-    return cut ? 0 : 1;
-  }
-  return 0;
+  return file.finish(reader);
 }
 
 }  // namespace delta::tools

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <map>
 
+#include "tools/export_file.h"
 #include "trace/trace_reader.h"
 
 namespace delta::tools {
@@ -287,15 +288,9 @@ int exportPytorchSnapshot(const std::string& input, const std::string& output) {
     fmt::print(stderr, "delta-trace export: {}\n", err);
     return 1;
   }
-  // Written beside OUT and renamed over it at the end, as --chrome does: a file that turns out
-  // corrupt half-way must not leave half an export (or destroy a good one).
-  const bool toFile = output != "-";
-  const std::string partial = output + ".partial";
-  std::FILE* out = toFile ? std::fopen(partial.c_str(), "wb") : stdout;
-  if (out == nullptr) {
-    fmt::print(stderr, "delta-trace export: cannot write {}\n", output);
-    return 1;
-  }
+  ExportFile file(output, true);
+  std::FILE* out = file.file();
+  if (out == nullptr) return 1;
   PickleWriter p;
   SnapshotWriter w(p, reader);
   auto drain = [&] {
@@ -358,26 +353,7 @@ int exportPytorchSnapshot(const std::string& input, const std::string& output) {
   p.endDict();
   p.end();
   drain();
-
-  bool write_failed = std::ferror(out) != 0;
-  if (toFile) write_failed = std::fclose(out) != 0 || write_failed;
-  const bool corrupt = reader.status() != trace::ReadStatus::kEnd &&
-                       reader.status() != trace::ReadStatus::kTruncated;
-  if (toFile && (write_failed || corrupt || std::rename(partial.c_str(), output.c_str()) != 0)) {
-    std::remove(partial.c_str());
-    if (!corrupt) write_failed = true;
-  }
-  if (write_failed) {
-    fmt::print(stderr, "delta-trace export: writing {} failed\n", output);
-    return 1;
-  }
-  if (reader.status() != trace::ReadStatus::kEnd) {
-    const bool cut = reader.status() == trace::ReadStatus::kTruncated;
-    fmt::print(stderr, "delta-trace export: {}: {}{}\n", cut ? "warning" : "error", reader.error(),
-               cut ? "; exported the records before it" : "");
-    return cut ? 0 : 1;
-  }
-  return 0;
+  return file.finish(reader);
 }
 
 }  // namespace delta::tools

@@ -220,14 +220,9 @@ CUresult MemoryPools::allocate(CUmemoryPool handle, uint64_t requested,
 
 CUresult MemoryPools::freeAsync(CUdeviceptr address, const std::shared_ptr<Stream>& stream) {
   std::lock_guard lock(mutex_);
-  auto it = allocations_.find(address);
-  if (it == allocations_.end()) return CUDA_ERROR_INVALID_VALUE;
-  const Allocation allocation = it->second;
-  allocations_.erase(it);
-  memory_.removeSubAllocation(address);
+  Allocation allocation;
+  if (!forget(address, &allocation)) return CUDA_ERROR_INVALID_VALUE;
   Pool& pool = *allocation.pool;
-  pool.used -= allocation.bytes;
-  pool.allocations--;
   // The marker: the point in the stream after which nothing queued before the free runs.
   WorkItem marker;
   marker.call = "cuMemFreeAsync";
@@ -240,19 +235,25 @@ CUresult MemoryPools::freeAsync(CUdeviceptr address, const std::shared_ptr<Strea
 
 CUresult MemoryPools::freeNow(CUdeviceptr address) {
   std::lock_guard lock(mutex_);
-  auto it = allocations_.find(address);
-  if (it == allocations_.end()) return CUDA_ERROR_NOT_FOUND;
-  const Allocation allocation = it->second;
-  allocations_.erase(it);
-  memory_.removeSubAllocation(address);
+  Allocation allocation;
+  if (!forget(address, &allocation)) return CUDA_ERROR_NOT_FOUND;
   Pool& pool = *allocation.pool;
-  pool.used -= allocation.bytes;
-  pool.allocations--;
   Chunk& chunk = chunkOf(pool, address);
   chunk.space.release(address, allocation.bytes);
   chunk.taken -= allocation.bytes;
   collect(&pool);
   return CUDA_SUCCESS;
+}
+
+bool MemoryPools::forget(CUdeviceptr address, Allocation* out) {
+  auto it = allocations_.find(address);
+  if (it == allocations_.end()) return false;
+  *out = it->second;
+  allocations_.erase(it);
+  memory_.removeSubAllocation(address);
+  out->pool->used -= out->bytes;
+  out->pool->allocations--;
+  return true;
 }
 
 CUmemoryPool MemoryPools::poolOf(CUdeviceptr address) {

@@ -112,6 +112,9 @@ class MemoryPools {
   void retire(Pool& pool);
   // Unmaps empty chunks while the pool keeps at least `keep` bytes.
   void release(Pool& pool, uint64_t keep);
+  // Takes the live allocation at `address` out of the books (its pool's use, the device's
+  // sub-allocations); false when there is none (mutex_ held).
+  bool forget(CUdeviceptr address, Allocation* out);
   // Frees a destroyed pool once nothing of it is outstanding; true when it went.
   bool collect(Pool* pool);
 
