@@ -404,34 +404,89 @@ DELTA_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
   return result;
 }
 
-// The program's own physical memory (a framework's virtual memory, NCCL's buffers): passed
-// through, but counted in the budget (Residency::beforeForeignCreate).
+// The program's own physical memory (a framework's virtual memory): each mapping of it is paged
+// like a managed buffer, and the program's handles are the shim's stand-ins
+// (framework_memory.cpp). NCCL's (its peers map it) and other devices' and the host's are
+// left alone; NCCL's is counted in the budget.
 DELTA_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                                          const CUmemAllocationProp* prop,
                                          unsigned long long flags) {
   auto real = REAL_DRIVER(cuMemCreate);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   Residency* residency = managingFree();
-  // Only memory of the device whose budget this is (Residency maps on ordinal 0): host memory
-  // and other devices' memory are not under it.
+  // Only memory of the device whose budget this is (Residency maps on ordinal 0).
   if (residency == nullptr || handle == nullptr || size == 0 || prop == nullptr ||
       prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0)
     return real(handle, size, prop, flags);
+  const bool nccl = callerIsNccl(__builtin_return_address(0));
   residency->beforeForeignCreate(size);
-  CUresult result = real(handle, size, prop, flags);
+  CUmemGenericAllocationHandle made = 0;
+  CUresult result = real(&made, size, prop, flags);
   // The device may hold less than the budget: what managed buffers give back is tried.
   while (result == CUDA_ERROR_OUT_OF_MEMORY && residency->relieveDevice(size))
-    result = real(handle, size, prop, flags);
-  if (result == CUDA_SUCCESS) residency->noteForeignCreate(*handle, size);
-  return result;
+    result = real(&made, size, prop, flags);
+  if (result != CUDA_SUCCESS) return result;
+  if (nccl) {
+    residency->noteForeignCreate(made, size);
+    *handle = made;
+  } else {
+    residency->adoptProgramHandle(made, size, *prop, handle);
+  }
+  return CUDA_SUCCESS;
 }
 
+// The calls that take one of those handles, or an address mapped from one: the shim's answer
+// for its own, the driver's for the rest.
+#define DELTA_PROGRAM_MEMORY_CALL(name, call, ...)              \
+  auto real = REAL_DRIVER(name);                                \
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;       \
+  if (Residency* residency = managingFree())                    \
+    if (std::optional<CUresult> ours = residency->call) return *ours; \
+  return real(__VA_ARGS__)
+
 DELTA_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
-  auto real = REAL_DRIVER(cuMemRelease);
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (Residency* residency = managingFree()) residency->noteForeignRelease(handle);
-  return real(handle);
+  DELTA_PROGRAM_MEMORY_CALL(cuMemRelease, releaseProgramHandle(handle), handle);
 }
+
+DELTA_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                                      CUmemGenericAllocationHandle handle,
+                                      unsigned long long flags) {
+  DELTA_PROGRAM_MEMORY_CALL(cuMemMap, mapProgramHandle(ptr, size, offset, handle, flags), ptr,
+                            size, offset, handle, flags);
+}
+
+DELTA_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  DELTA_PROGRAM_MEMORY_CALL(cuMemUnmap, unmapProgramRange(ptr, size), ptr, size);
+}
+
+DELTA_EXPORT CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size,
+                                            const CUmemAccessDesc* desc, size_t count) {
+  DELTA_PROGRAM_MEMORY_CALL(cuMemSetAccess, setProgramAccess(ptr, size, desc, count), ptr, size,
+                            desc, count);
+}
+
+DELTA_EXPORT CUresult CUDAAPI cuMemExportToShareableHandle(void* shareableHandle,
+                                                          CUmemGenericAllocationHandle handle,
+                                                          CUmemAllocationHandleType handleType,
+                                                          unsigned long long flags) {
+  DELTA_PROGRAM_MEMORY_CALL(cuMemExportToShareableHandle,
+                            exportProgramHandle(shareableHandle, handle, handleType, flags),
+                            shareableHandle, handle, handleType, flags);
+}
+
+DELTA_EXPORT CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(
+    CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+  DELTA_PROGRAM_MEMORY_CALL(cuMemGetAllocationPropertiesFromHandle,
+                            programHandleProperties(prop, handle), prop, handle);
+}
+
+DELTA_EXPORT CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
+                                                         void* addr) {
+  DELTA_PROGRAM_MEMORY_CALL(cuMemRetainAllocationHandle,
+                            retainProgramHandle(handle, reinterpret_cast<CUdeviceptr>(addr)),
+                            handle, addr);
+}
+#undef DELTA_PROGRAM_MEMORY_CALL
 
 namespace delta::shim {
 namespace {

@@ -107,7 +107,8 @@ CUresult Residency::exportBuffer(CUdeviceptr address, CUdeviceptr* base, uint64_
   ReentryGuard guard;
   std::lock_guard lock(mutex_);
   uint32_t id = addresses_.find(address);
-  if (id == AddressMap::kNone) return CUDA_ERROR_NOT_FOUND;
+  // The program's own mapping: the driver's answer (it does not share such memory through IPC).
+  if (id == AddressMap::kNone || buffers_[id].program != nullptr) return CUDA_ERROR_NOT_FOUND;
   Buffer& buffer = buffers_[id];
   *base = buffer.address;
   *bytes = buffer.mappedBytes;

@@ -55,6 +55,11 @@ DELTA_EXPORT int delta_unpin(const void* ptr) {
   return residency && residency->pin(reinterpret_cast<CUdeviceptr>(ptr), false) ? 0 : -1;
 }
 
+DELTA_EXPORT int delta_declare_extent(const void* ptr, size_t bytes) {
+  Residency* residency = current();
+  return residency ? residency->declareExtent(reinterpret_cast<CUdeviceptr>(ptr), bytes) : -1;
+}
+
 // ---- recompute ---------------------------------------------------------------------------
 
 namespace {

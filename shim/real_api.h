@@ -40,7 +40,8 @@ F nextFunction(F& cache, const char* name) {
   X(cuCtxSynchronize) X(cuLaunchKernel) X(cuMemExportToShareableHandle)                   \
   X(cuMemImportFromShareableHandle) X(cuMemcpyDtoDAsync_v2) X(cuIpcOpenMemHandle_v2)        \
   X(cuIpcCloseMemHandle) X(cuEventElapsedTime_v2) X(cuMemGetAddressRange_v2)                 \
-  X(cuPointerGetAttribute)
+  X(cuPointerGetAttribute) X(cuMemGetAllocationPropertiesFromHandle)                        \
+  X(cuMemRetainAllocationHandle)
 
 struct DriverApi {
 #define DELTA_DECLARE(name) decltype(&::name) name = nullptr;
@@ -80,8 +81,14 @@ const RuntimeApi& runtimeApi();
   X(cuMemAlloc_v2, "cuMemAlloc", true)                    \
   X(cuMemFree_v2, "cuMemFree", true)                      \
   X(cuMemGetInfo_v2, "cuMemGetInfo", true)                \
-  X(cuMemCreate, "cuMemCreate", false)                    \
-  X(cuMemRelease, "cuMemRelease", false)                  \
+  X(cuMemCreate, "cuMemCreate", true)                     \
+  X(cuMemRelease, "cuMemRelease", true)                   \
+  X(cuMemMap, "cuMemMap", true)                           \
+  X(cuMemUnmap, "cuMemUnmap", true)                       \
+  X(cuMemSetAccess, "cuMemSetAccess", true)               \
+  X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", true) \
+  X(cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle", true) \
+  X(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", true) \
   X(cuIpcGetMemHandle, "cuIpcGetMemHandle", true)         \
   X(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", true)    \
   X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", true)     \

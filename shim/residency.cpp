@@ -31,8 +31,6 @@ struct HeldLaunch {
 thread_local std::vector<HeldLaunch> tHeld;
 thread_local size_t tHeldDepth = 0;
 
-constexpr uint32_t kMaxBuffers = 1u << 18;
-
 thread_local char tThreadToken;
 constexpr size_t kVictimBatch = 64;
 constexpr int kMaxLinkDepth = 4;
@@ -46,6 +44,7 @@ const void* thisThread() { return &tThreadToken; }
 int& recomputeDepth() { return tRecomputeDepth; }
 }  // namespace detail
 
+using detail::kMaxBuffers;
 using detail::kMaxRecomputeDepth;
 using detail::roundUp;
 using detail::thisThread;
@@ -161,7 +160,8 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
 bool Residency::owns(CUdeviceptr address) {
   std::lock_guard lock(mutex_);
   uint32_t id = addresses_.find(address);
-  return id != AddressMap::kNone && buffers_[id].address == address;
+  return id != AddressMap::kNone && buffers_[id].address == address &&
+         buffers_[id].program == nullptr;
 }
 
 void Residency::noteUnmanagedAllocation(CUdeviceptr address, size_t bytes) {
@@ -173,6 +173,8 @@ bool Residency::free(CUdeviceptr address, CUevent alsoAfter) {
   ReentryGuard guard;
   std::lock_guard lock(mutex_);
   uint32_t id = addresses_.find(address);
+  // The program's own mapping is not an allocation: cuMemFree of it is the driver's error.
+  if (id != AddressMap::kNone && buffers_[id].program != nullptr) return false;
   if (id == AddressMap::kNone || buffers_[id].address != address) {
     // Not ours: the pointers an unmanaged table held lead nowhere once it is freed.
     if (tables_.allocationCount() > 0 || !tables_.empty()) tables_.removeAllocation(address);
@@ -258,7 +260,8 @@ CUresult Residency::freeOrdered(CUdeviceptr address, CUstream stream, bool perTh
     ReentryGuard guard;
     std::lock_guard lock(mutex_);
     uint32_t id = addresses_.find(address);
-    if (id != AddressMap::kNone && buffers_[id].address == address) {
+    if (id != AddressMap::kNone && buffers_[id].address == address &&
+        buffers_[id].program == nullptr) {
       // The uses the shim saw are waited for by free(); this event stands for the rest of the
       // stream's work before the free, which the program may have reached the buffer with
       // unseen (a pinned buffer's pointer in a kernel-built table, say). This thread names its
@@ -442,9 +445,24 @@ void Residency::maybeRaiseCeiling(int64_t now) {
              (unsigned long long)(std::min(ceiling_, config_.budgetBytes) >> 20));
 }
 
+CUresult Residency::acquirePhysical(uint64_t bytes, CUmemGenericAllocationHandle* handle,
+                                    const ProgramHandle* program) {
+  if (program == nullptr) return physical_.acquire(bytes, handle);
+  return api_.cuMemCreate(handle, bytes, &program->prop, 0);
+}
+
+void Residency::releasePhysical(uint64_t bytes, CUmemGenericAllocationHandle handle,
+                                const ProgramHandle* program) {
+  if (program == nullptr)
+    physical_.release(bytes, handle);
+  else
+    api_.cuMemRelease(handle);
+}
+
 CUresult Residency::acquireOrEvict(uint64_t bytes, CUmemGenericAllocationHandle* handle,
-                                   std::span<const uint32_t> keep, uint32_t cause) {
-  CUresult result = physical_.acquire(bytes, handle);
+                                   std::span<const uint32_t> keep, uint32_t cause,
+                                   const ProgramHandle* program) {
+  CUresult result = acquirePhysical(bytes, handle, program);
   if (result != CUDA_ERROR_OUT_OF_MEMORY) return result;
   stats_.deviceFull++;
   // Evicting helps only when the device is short of memory by its own account. A refusal with
@@ -480,12 +498,12 @@ CUresult Residency::acquireOrEvict(uint64_t bytes, CUmemGenericAllocationHandle*
     // A victim's memory of exactly this size is taken as it is: the device is not asked again
     // (it may refuse new memory for reasons of its own, and what it refuses once it may refuse
     // to the victim's restore too).
-    if (physical_.takeExact(bytes, handle)) {
+    if (program == nullptr && physical_.takeExact(bytes, handle)) {
       result = CUDA_SUCCESS;
       break;
     }
     physical_.trim(UINT64_MAX);
-    result = physical_.acquire(bytes, handle);
+    result = acquirePhysical(bytes, handle, program);
     if (result == CUDA_ERROR_OUT_OF_MEMORY && deviceHasRoom()) break;
   }
   if (result == CUDA_SUCCESS) lowerCeiling(refusedAt, deviceBytes() + bytes);
@@ -527,7 +545,8 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
     const uint32_t id = victims[v].id;
     if (id >= buffers_.size()) continue;
     Buffer& buffer = buffers_[id];
-    if (!buffer.live || buffer.state != State::kResident || buffer.evicting || buffer.immovable())
+    if (!buffer.live || buffer.state != State::kResident || buffer.evicting ||
+        buffer.immovable() || !buffer.accessible)
       continue;
     if (isHeld(id) || buffer.regenerating) {
       keepIds_.push_back(id);  // not now: the caller asks again without it
@@ -670,12 +689,16 @@ void Residency::finishEviction(Buffer& buffer, uint32_t, bool drop, const Evicti
                                     reinterpret_cast<uint64_t>(evictStream_), batch.cause,
                                     drop ? trace::kEvictDrop : uint8_t(0)});
   api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
-  physical_.release(buffer.mappedBytes, buffer.handle);
+  releasePhysical(buffer.mappedBytes, buffer.handle, buffer.program);
   buffer.handle = 0;
   buffer.evicting = false;
   buffer.evictingCopy = false;
   evictingBytes_ -= buffer.mappedBytes;
   resident_ -= buffer.mappedBytes;
+  if (buffer.program != nullptr) {
+    buffer.program->real = 0;
+    programResident_ -= buffer.mappedBytes;
+  }
   if (drop) {
     buffer.state = State::kDropped;
     host_.give(buffer.host, buffer.mappedBytes, buffer.hostPinned);  // a stale copy, if any
@@ -830,19 +853,19 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause,
       physical_.trim(UINT64_MAX);
     }
     // A prefetch never evicts: what it would evict may be needed sooner.
-    result = prefetched ? physical_.acquire(buffer.mappedBytes, &handle)
-                        : acquireOrEvict(buffer.mappedBytes, &handle, keep, cause);
+    result = prefetched ? acquirePhysical(buffer.mappedBytes, &handle, buffer.program)
+                        : acquireOrEvict(buffer.mappedBytes, &handle, keep, cause, buffer.program);
     if (result != CUDA_SUCCESS) continue;
     result = mapAt(buffer.address, buffer.mappedBytes, handle);
     if (result != CUDA_SUCCESS) {
-      physical_.release(buffer.mappedBytes, handle);
+      releasePhysical(buffer.mappedBytes, handle, buffer.program);
       continue;
     }
     // On the stream of the work that needs it: that work is ordered after the copy.
     result = api_.cuMemcpyHtoDAsync_v2(buffer.address, buffer.host, buffer.bytes, stream);
     if (result != CUDA_SUCCESS) {
       api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
-      physical_.release(buffer.mappedBytes, handle);
+      releasePhysical(buffer.mappedBytes, handle, buffer.program);
     } else {
       h2dBusyUntilNs_ = std::max(start, h2dBusyUntilNs_) +
                         policy_->costs().transferNs(policy::Direction::kHostToDevice, buffer.bytes);
@@ -862,6 +885,10 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause,
   buffer.handle = handle;
   buffer.state = State::kResident;
   resident_ += buffer.mappedBytes;
+  if (buffer.program != nullptr) {
+    buffer.program->real = handle;
+    programResident_ += buffer.mappedBytes;
+  }
   notePeaks();
   stats_.restores++;
   stats_.bytesToDevice += buffer.bytes;
@@ -891,7 +918,9 @@ void Residency::addTableTargets(const PointerTables::Table& table, std::vector<u
   // The values the kernel will dereference, resolved now: whatever buffer lies there today.
   for (uint64_t value : table.values) {
     const uint32_t id = addresses_.find(value);
-    if (id != AddressMap::kNone) {
+    if (id != AddressMap::kNone && buffers_[id].program != nullptr) {
+      addProgramReach(value, id, ids);
+    } else if (id != AddressMap::kNone) {
       addWithLinks(id, ids, depth);
     } else if (depth < kMaxLinkDepth) {
       // A table of tables: an unmanaged table the value leads into.
@@ -909,7 +938,11 @@ void Residency::collect(const Touch& touch, std::vector<uint32_t>& ids) {
   } else {
     for (size_t i = 0; i < touch.pointerCount; ++i) {
       const uint32_t id = addresses_.find(touch.pointers[i]);
-      if (id != AddressMap::kNone) addOnce(id, ids);
+      if (id == AddressMap::kNone) continue;
+      if (buffers_[id].program != nullptr && touch.kind == UseKind::kKernel) [[unlikely]]
+        addProgramReach(touch.pointers[i], id, ids);
+      else
+        addOnce(id, ids);
     }
   }
   if (touch.rangeBytes > 0)
@@ -921,7 +954,9 @@ void Residency::collectThroughTables(const Touch& touch, std::vector<uint32_t>& 
   for (size_t i = 0; i < touch.pointerCount; ++i) {
     const uint64_t value = touch.pointers[i];
     const uint32_t id = addresses_.find(value);
-    if (id != AddressMap::kNone) {
+    if (id != AddressMap::kNone && buffers_[id].program != nullptr) {
+      addProgramReach(value, id, ids);
+    } else if (id != AddressMap::kNone) {
       addWithLinks(id, ids, 0);
     } else if (const PointerTables::Table* table = tables_.tableContaining(value)) {
       addTableTargets(*table, ids, 1);
@@ -1531,46 +1566,6 @@ void Residency::deliverPlan(int64_t now) {
   policy_->deliverPlan(std::move(plan));
 }
 
-// ---- the program's own physical memory ----------------------------------------------------
-
-void Residency::beforeForeignCreate(uint64_t bytes) {
-  NoticesAfterUnlock notices{this};
-  ReentryGuard guard;
-  std::lock_guard lock(mutex_);
-  static const std::vector<uint32_t> kNothing;
-  if (stats_.foreignHandles == 0)
-    logVerbose(1, "the program creates physical memory itself (cuMemCreate: a framework's "
-                       "own virtual memory, such as PyTorch's expandable segments, or NCCL's "
-                       "buffers): passed through and never evicted, but counted in the budget; "
-                       "managed buffers make room for it");
-  makeRoom(roundUp(bytes, granularity_), kNothing, nowNs(), 0);
-}
-
-void Residency::noteForeignCreate(CUmemGenericAllocationHandle handle, uint64_t bytes) {
-  ReentryGuard guard;
-  std::lock_guard lock(mutex_);
-  auto [it, inserted] = foreignHandles_.try_emplace(handle, bytes);
-  if (!inserted) return;  // a handle value the driver gave twice: the first release ends both
-  foreignBytes_ += bytes;
-  stats_.foreignHandles++;
-  stats_.foreignPeakBytes = std::max(stats_.foreignPeakBytes, foreignBytes_);
-  notePeaks();
-  if (deviceBytes() > limitLocked()) {
-    stats_.overBudgetAllocations++;
-    DELTA_WARN_ONCE("the program's own physical memory (cuMemCreate, %llu MiB now) and what "
-                    "cannot be evicted exceed DELTA_BUDGET; running over budget (counted)",
-                    (unsigned long long)(foreignBytes_ >> 20));
-  }
-}
-
-void Residency::noteForeignRelease(CUmemGenericAllocationHandle handle) {
-  std::lock_guard lock(mutex_);
-  auto it = foreignHandles_.find(handle);
-  if (it == foreignHandles_.end()) return;
-  foreignBytes_ -= it->second;
-  foreignHandles_.erase(it);
-}
-
 Stats Residency::stats() {
   ReentryGuard guard;
   std::lock_guard lock(mutex_);
@@ -1583,7 +1578,7 @@ Stats Residency::stats() {
   copy.ceilingBytes = limitLocked();
   copy.pointerTables = tables_.size();
   copy.residentBytes = resident_;
-  copy.foreignBytes = foreignBytes_;
+  copy.foreignBytes = foreignBytes_ + programResident_;
   copy.liveBuffers = addresses_.size();
   return copy;
 }

@@ -53,6 +53,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -109,13 +110,18 @@ struct Stats {
   uint64_t planningNs = 0;
   int64_t planPredictedNs = -1;
   char planName[48] = "";
-  // Physical memory the program made itself with cuMemCreate (Residency::beforeForeignCreate):
-  // what it holds now, its peak, how many handles it made; and the peak of that plus managed
-  // resident memory, the device memory the budget covers.
+  // Physical memory the program made itself with cuMemCreate (framework_memory.cpp): what of it
+  // is on the device now, its peak, how many handles it made; and the peak of that plus managed
+  // resident memory, the device memory the budget covers. Of those handles' mappings, how many
+  // the shim managed (paged like its own buffers) and how many it left where the program put
+  // them (pinned: exported, mapped twice or in part, shared with other devices).
   uint64_t foreignBytes = 0;
   uint64_t foreignPeakBytes = 0;
   uint64_t foreignHandles = 0;
   uint64_t peakDeviceBytes = 0;
+  uint64_t programMappings = 0;
+  uint64_t programPinned = 0;
+  uint64_t programExtents = 0;  // extents the framework declares now (delta_declare_extent)
 };
 
 // How a managed buffer's contents can be regenerated (the public API's registrations).
@@ -199,13 +205,40 @@ class Residency {
   void prepareEverything(CUstream stream, bool perThreadStream);
 
   // Physical memory the program makes itself with cuMemCreate and maps where it chooses (a
-  // framework's own virtual memory: PyTorch's expandable segments; NCCL's buffers). The shim
-  // does not move it (docs/shim.md, "Allocation paths", says why), but it is device memory
-  // under the budget: before it is created, managed buffers make room for it, and it counts
-  // until cuMemRelease. Handles the shim did not see created are ignored at release.
+  // framework's own virtual memory: PyTorch's expandable segments). framework_memory.cpp and
+  // docs/shim.md ("The program's own physical memory") say how it is paged. Before it is
+  // created, managed buffers make room for it.
   void beforeForeignCreate(uint64_t bytes);
+  // A handle the shim stands in for: the program gets `*handle`, a value of the shim's, and
+  // every call that takes a handle translates it (the physical memory behind it changes when
+  // its mapping is evicted and restored).
+  void adoptProgramHandle(CUmemGenericAllocationHandle real, uint64_t bytes,
+                          const CUmemAllocationProp& prop, CUmemGenericAllocationHandle* handle);
+  // Memory the program made that the shim counts but does not stand in for (NCCL's).
   void noteForeignCreate(CUmemGenericAllocationHandle handle, uint64_t bytes);
-  void noteForeignRelease(CUmemGenericAllocationHandle handle);
+  // cuMemRelease: CUDA_ERROR_NOT_FOUND when `handle` is not one of the shim's (the driver's then).
+  // The program's cuMemRelease, cuMemMap, cuMemUnmap, cuMemSetAccess,
+  // cuMemExportToShareableHandle, cuMemGetAllocationPropertiesFromHandle and
+  // cuMemRetainAllocationHandle, for handles and addresses of the shim's; nullopt: none of
+  // ours, the driver's call applies as it is.
+  std::optional<CUresult> releaseProgramHandle(CUmemGenericAllocationHandle handle);
+  std::optional<CUresult> mapProgramHandle(CUdeviceptr address, uint64_t bytes, uint64_t offset,
+                                           CUmemGenericAllocationHandle handle,
+                                           unsigned long long flags);
+  std::optional<CUresult> unmapProgramRange(CUdeviceptr address, uint64_t bytes);
+  std::optional<CUresult> setProgramAccess(CUdeviceptr address, uint64_t bytes,
+                                           const CUmemAccessDesc* desc, size_t count);
+  std::optional<CUresult> exportProgramHandle(void* shareable, CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType type,
+                                              unsigned long long flags);
+  std::optional<CUresult> programHandleProperties(CUmemAllocationProp* prop,
+                                                  CUmemGenericAllocationHandle handle);
+  std::optional<CUresult> retainProgramHandle(CUmemGenericAllocationHandle* handle,
+                                              CUdeviceptr address);
+  // delta_declare_extent: a block of the program's own memory at [start, start + bytes) that a
+  // kernel pointer into it reaches no further than (0 bytes: forget what was declared there).
+  // -1: not in the program's memory.
+  int declareExtent(CUdeviceptr start, uint64_t bytes);
 
   // Never evicted while pinned (IPC exports, collectives, the public API).
   bool pin(CUdeviceptr address, bool pinned);
@@ -264,6 +297,21 @@ class Residency {
     const void* thread = nullptr;  // per-thread uses: the using thread; else nullptr
   };
   static constexpr int kMaxStreamUses = 4;
+  // A handle of the program's own physical memory, as the shim stands in for it. The program
+  // holds this record's address as its handle value (never a value the driver gives: the driver's
+  // are its own live objects or small numbers, and the record lives as long as the handle).
+  struct ProgramHandle {
+    CUmemGenericAllocationHandle real = 0;  // the physical memory now; 0: on the host, or none
+    uint64_t bytes = 0;
+    CUmemAllocationProp prop{};
+    uint32_t references = 1;  // cuMemCreate's, and each cuMemRetainAllocationHandle's
+    uint32_t mappedAs = UINT32_MAX;  // the managed buffer of its one mapping
+    uint64_t mappedSerial = 0;
+    uint32_t otherMappings = 0;  // mappings left to the program (pinned)
+    bool pinned = false;  // exported, or mapped other than once whole: never moves again
+    void* host = nullptr;  // its contents, while unmapped with its memory evicted
+    bool hostPinned = false;
+  };
   struct Buffer {
     bool live = false;
     uint64_t serial = 0;       // the buffer's id in the trace: unique for the process's life
@@ -303,6 +351,10 @@ class Residency {
     // The framework checked it (delta_begin_recompute) and will use it: swapped if need be, but
     // not dropped again before that use, or the framework's check would be worthless.
     bool keepContents = false;
+    // A mapping of the program's own memory: the address range and the mapping are the
+    // program's (cuMemUnmap ends the buffer), the physical memory the handle's.
+    ProgramHandle* program = nullptr;
+    bool accessible = true;  // a program mapping before its cuMemSetAccess: not evictable
   };
   // A callback to run once the lock is released: the buffer is mapped and held already.
   struct RecomputeCall {
@@ -345,6 +397,21 @@ class Residency {
     std::vector<CUevent> events;
   };
 
+  // The program's own memory (framework_memory.cpp).
+  ProgramHandle* programHandle(CUmemGenericAllocationHandle handle);
+  // A handle whose contents are on the host gets physical memory and its contents back.
+  CUresult backOnDevice(ProgramHandle& handle);
+  // Every managed buffer in [start, start + bytes) resident, held until releaseHeld().
+  void holdResident(CUdeviceptr start, uint64_t bytes, const char* why);
+  void pinProgramBuffer(uint32_t id);
+  CUresult makeResidentNow(uint32_t id);
+  // The program unmapped it: the buffer ends, the handle keeps its memory or contents.
+  void endProgramBuffer(uint32_t id, int64_t now);
+  void forgetProgramHandle(ProgramHandle* handle);
+  // The buffers a kernel's pointer into the program's memory may reach: the declared extent
+  // it lies in, or else every mapping from its own to the end of the adjoining run.
+  [[gnu::noinline]] void addProgramReach(uint64_t pointer, uint32_t id, std::vector<uint32_t>& ids);
+
   uint64_t deviceBytes() const {
     return resident_ + physical_.bytes() + quarantinedBytes_ + foreignBytes_;
   }
@@ -352,6 +419,7 @@ class Residency {
   void notePeaks() {
     stats_.peakResidentBytes = std::max(stats_.peakResidentBytes, resident_);
     stats_.peakDeviceBytes = std::max(stats_.peakDeviceBytes, resident_ + foreignBytes_);
+    stats_.foreignPeakBytes = std::max(stats_.foreignPeakBytes, foreignBytes_ + programResident_);
   }
   uint64_t limitLocked() const { return std::min(config_.budgetBytes, ceiling_); }
   // Calls visit(id, buffer) for every managed buffer overlapping [start, start + bytes), in
@@ -367,8 +435,16 @@ class Residency {
                   uint32_t cause);
   // Physical memory for a buffer of `bytes`; when the device is full, evicts (never `keep`) and
   // tries again, lowering the ceiling to the level at which the device gave it.
+  // `program`: memory for a mapping of the program's, made as the program asked for it (it may
+  // be exported later), not from the pool.
   CUresult acquireOrEvict(uint64_t bytes, CUmemGenericAllocationHandle* handle,
-                          std::span<const uint32_t> keep, uint32_t cause);
+                          std::span<const uint32_t> keep, uint32_t cause,
+                          const ProgramHandle* program = nullptr);
+  // Physical memory of `bytes` from the pool, or made as `program` asks.
+  CUresult acquirePhysical(uint64_t bytes, CUmemGenericAllocationHandle* handle,
+                           const ProgramHandle* program);
+  void releasePhysical(uint64_t bytes, CUmemGenericAllocationHandle handle,
+                       const ProgramHandle* program);
   // The device said no with `refusedAt` bytes of managed memory; it holds `ceiling`.
   void lowerCeiling(uint64_t refusedAt, uint64_t ceiling);
   // Once, at the first allocation: a budget above what the device has free is lowered to it.
@@ -473,8 +549,22 @@ class Residency {
   uint64_t resident_ = 0;
   uint64_t quarantinedBytes_ = 0;
   std::unique_ptr<CallStacks> stacks_;  // DELTA_TRACE_STACKS
-  std::map<CUmemGenericAllocationHandle, uint64_t> foreignHandles_;  // the program's cuMemCreate
+  // The program's cuMemCreate: handles counted only (NCCL's), and those the shim stands in for
+  // (by the value the program holds). foreignBytes_: their memory on the device and not in a
+  // managed buffer (those count in resident_).
+  std::map<CUmemGenericAllocationHandle, uint64_t> foreignHandles_;
+  std::map<CUmemGenericAllocationHandle, std::unique_ptr<ProgramHandle>> programHandles_;
+  // Every mapping the program made of those handles (managed or not), by address: what a
+  // pointer into them may reach runs across adjoining ones.
+  struct ProgramMapping {
+    CUdeviceptr end;
+    uint32_t buffer;  // UINT32_MAX: left to the program
+    ProgramHandle* handle;
+  };
+  std::map<CUdeviceptr, ProgramMapping> programMappings_;
+  std::map<CUdeviceptr, CUdeviceptr> extents_;  // declared by the framework: start -> end
   uint64_t foreignBytes_ = 0;
+  uint64_t programResident_ = 0;  // of resident_: managed mappings of the program's memory
   std::multimap<uint64_t, CUdeviceptr> addressCache_;            // reservations to reuse
   std::vector<Quarantined> quarantine_;
   CUstream evictStream_ = nullptr;

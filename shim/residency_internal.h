@@ -20,6 +20,9 @@ constexpr int kMaxRecomputeDepth = 64;
 // one is set) hears of it once the residency lock is released (Residency::deliverDropNotices).
 void queueDropNotice(CUdeviceptr address, size_t bytes);
 
+// Managed buffers at most (heldCounts_ is sized for it once, not to move under releaseHeld).
+constexpr uint32_t kMaxBuffers = 1u << 18;
+
 inline uint64_t roundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
 
 }  // namespace delta::shim::detail

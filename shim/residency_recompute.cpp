@@ -217,7 +217,8 @@ void Residency::deliverDropNotices() {
 int Residency::setRecompute(CUdeviceptr address, const RecomputeHook& hook) {
   std::lock_guard lock(mutex_);
   const uint32_t id = addresses_.find(address);
-  if (id == AddressMap::kNone) return -1;
+  // A mapping of the program's own memory holds several of its tensors, not one: never dropped.
+  if (id == AddressMap::kNone || buffers_[id].program != nullptr) return -1;
   // A drop in flight needs the hook it was decided with: without one, the buffer stays.
   if (hook.kind == RecomputeHook::Kind::kNone && buffers_[id].evicting) cancelEviction(id, nowNs());
   buffers_[id].hook = hook;

@@ -223,11 +223,12 @@ void Shim::printSummary() {
             s.planPredictedNs >= 0 ? (", predicted " + std::to_string(s.planPredictedNs / 1000) + " us per iteration").c_str()
                                    : " (the iteration fits the budget)");
   if (s.foreignHandles > 0)
-    logLine("summary: the program's own physical memory (cuMemCreate, passed through, counted "
-            "in the budget): %llu handles, %llu MiB now, %llu MiB at most; managed and its own "
-            "together at most %llu MiB",
+    logLine("summary: the program's own physical memory (cuMemCreate): %llu handles, %llu MiB "
+            "on the device now, %llu MiB at most; %llu of its mappings paged, %llu pinned, %llu "
+            "extents declared now; managed and its own together at most %llu MiB",
             (unsigned long long)s.foreignHandles, mib(s.foreignBytes), mib(s.foreignPeakBytes),
-            mib(s.peakDeviceBytes));
+            (unsigned long long)s.programMappings, (unsigned long long)s.programPinned,
+            (unsigned long long)s.programExtents, mib(s.peakDeviceBytes));
   printAllocPathSummary();
   logLine("summary: %.3f s waiting for evictions, %llu launches over budget, %llu launches not "
           "analysed, %llu pageable host fallbacks",
@@ -240,7 +241,8 @@ void Shim::printSummary() {
           "recomputes=%llu recompute_failures=%llu recompute_ns=%llu device_full=%llu "
           "ceiling_bytes=%llu pointer_tables=%llu evictions_ahead=%llu cancelled_evictions=%llu "
           "plans=%llu planning_ns=%llu plan_predicted_ns=%lld foreign_handles=%llu "
-          "foreign_peak_bytes=%llu peak_device_bytes=%llu%s",
+          "foreign_peak_bytes=%llu peak_device_bytes=%llu program_mappings=%llu "
+          "program_pinned=%llu%s",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
           (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
@@ -254,7 +256,8 @@ void Shim::printSummary() {
           (unsigned long long)s.cancelledEvictions, (unsigned long long)s.plans,
           (unsigned long long)s.planningNs, (long long)s.planPredictedNs,
           (unsigned long long)s.foreignHandles, (unsigned long long)s.foreignPeakBytes,
-          (unsigned long long)s.peakDeviceBytes, allocPathStatsKeys().c_str());
+          (unsigned long long)s.peakDeviceBytes, (unsigned long long)s.programMappings,
+          (unsigned long long)s.programPinned, allocPathStatsKeys().c_str());
 }
 
 }  // namespace delta::shim

@@ -8,7 +8,11 @@
 //   activations are laid out back to back, so one may straddle two chunks.
 // - Every --empty-every steps the job "empties the cache": it synchronises, unmaps every chunk
 //   and releases it (cuMemUnmap, cuMemRelease), and the next step maps new ones.
-// - The weights, their gradients and momenta are ordinary cudaMalloc buffers (2 MiB each).
+// - The weights, their gradients and momenta are ordinary cudaMalloc buffers (2 MiB each), or,
+//   with --params-in-segment 1, blocks of a second segment mapped once at the start and kept, as
+//   PyTorch keeps every tensor in its segments.
+// - With --declare 1 the job tells the shim where each of its blocks ends, as a framework hook
+//   would (delta_declare_extent, looked up at run time: without the shim, nothing happens).
 //
 // The model: --layers element-wise layers out = softsign(in * w + b), an L2 loss against a
 // target that changes every step, SGD with momentum. Output, one `key: value` per line:
@@ -17,6 +21,7 @@
 // weights and momenta). They depend only on the arguments.
 // Exit status: 0 done, 1 a CUDA call failed (named on stderr), 2 bad arguments.
 #include <cuda.h>
+#include <dlfcn.h>
 #include <cuda_runtime_api.h>
 #include <cudasim/cudasim.h>
 
@@ -146,12 +151,25 @@ struct Options {
   uint64_t activation = 512 << 10;  // bytes per activation in the segment
   uint64_t chunk = 2 << 20;         // what one cuMemCreate/cuMemMap adds to the segment
   int emptyEvery = 3;
+  bool paramsInSegment = false;
+  bool declare = false;
 };
+
+// delta_declare_extent of the shim's public API, when the shim is there.
+using DeclareExtent = int (*)(const void*, size_t);
+DeclareExtent gDeclare = nullptr;
+void declare(const void* block, uint64_t bytes) {
+  if (gDeclare != nullptr && gDeclare(block, bytes) != 0) {
+    std::fprintf(stderr, "%s: delta_declare_extent refused the block at %p\n", kProgram, block);
+    std::exit(1);
+  }
+}
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "train-segments: %s\nusage: train-segments [--layers N] [--steps N] [--seed N] "
-               "[--activation SIZE] [--chunk SIZE] [--empty-every N]\n",
+               "[--activation SIZE] [--chunk SIZE] [--empty-every N] [--params-in-segment 0|1] "
+               "[--declare 0|1]\n",
                why.c_str());
   std::exit(2);
 }
@@ -188,6 +206,7 @@ class Segment {
   }
   // PyTorch's empty_cache: nothing in the segment is in use any more.
   void empty() {
+    if (handles_.empty()) return;
     CHECK(cudaDeviceSynchronize());
     for (size_t i = 0; i < handles_.size(); ++i) {
       CHECK_CU(cuMemUnmap(base_ + i * chunk_, chunk_));
@@ -219,10 +238,18 @@ void run(const Options& o) {
   CHECK(cudaStreamCreate(&stream));
   const int L = o.layers;
   std::vector<float*> weights(L), grads(L), momenta(L);
+  Segment parameters(o.chunk);
+  if (o.paramsInSegment) parameters.grow(3 * L * kParameterBytes);
+  auto parameter = [&](int slot) {
+    if (!o.paramsInSegment) return device_floats(kParameterBytes);
+    float* block = parameters.at(static_cast<uint64_t>(slot) * kParameterBytes);
+    if (o.declare) declare(block, kParameterBytes);
+    return block;
+  };
   for (int i = 0; i < L; ++i) {
-    weights[i] = device_floats(kParameterBytes);
-    grads[i] = device_floats(kParameterBytes);
-    momenta[i] = device_floats(kParameterBytes);
+    weights[i] = parameter(i);
+    grads[i] = parameter(L + i);
+    momenta[i] = parameter(2 * L + i);
     uint64_t n = kParameterBytes / 4, seed = o.seed * 1000 + i;
     float scale = 2.0f;
     void* args[] = {&weights[i], &n, &seed, &scale};
@@ -236,6 +263,7 @@ void run(const Options& o) {
     // forward pass goes.
     auto activation = [&](int i) { return segment.at(static_cast<uint64_t>(i) * o.activation); };
     segment.grow(o.activation);
+    if (o.declare) declare(activation(0), o.activation);
     float* input = activation(0);
     uint64_t seed = o.seed * 7919 + step;
     float scale = 4.0f;
@@ -243,6 +271,7 @@ void run(const Options& o) {
     launch(init_kernel, initArgs, stream);
     for (int i = 0; i < L; ++i) {
       segment.grow(static_cast<uint64_t>(i + 2) * o.activation);
+      if (o.declare) declare(activation(i + 1), o.activation);
       float* in = activation(i);
       float* out = activation(i + 1);
       void* args[] = {&in, &weights[i], &out, &n};
@@ -252,6 +281,10 @@ void run(const Options& o) {
     segment.grow(tail + o.activation + 4096);
     float* d = segment.at(tail);
     float* loss = segment.at(tail + o.activation);
+    if (o.declare) {
+      declare(d, o.activation);
+      declare(loss, 4096);
+    }
     float* last = activation(L);
     uint64_t stepArg = static_cast<uint64_t>(step);
     void* lossArgs[] = {&last, &d, &loss, &n, &stepArg};
@@ -280,12 +313,15 @@ void run(const Options& o) {
       CHECK(cudaMemcpy(host.data(), buffer, kParameterBytes, cudaMemcpyDeviceToHost));
       for (unsigned char byte : host) checksum = (checksum ^ byte) * 0x100000001b3ull;
     }
-    CHECK(cudaFree(weights[i]));
-    CHECK(cudaFree(grads[i]));
-    CHECK(cudaFree(momenta[i]));
+    if (!o.paramsInSegment) {
+      CHECK(cudaFree(weights[i]));
+      CHECK(cudaFree(grads[i]));
+      CHECK(cudaFree(momenta[i]));
+    }
   }
-  std::printf("segment_peak_bytes: %" PRIu64 "\n", segment.peak());
-  std::printf("peak_bytes: %" PRIu64 "\n", 3 * L * kParameterBytes + segment.peak());
+  std::printf("segment_peak_bytes: %" PRIu64 "\n", segment.peak() + parameters.peak());
+  std::printf("peak_bytes: %" PRIu64 "\n",
+              (o.paramsInSegment ? 0 : 3 * L * kParameterBytes) + parameters.peak() + segment.peak());
   std::printf("checksum: %016" PRIx64 "\n", checksum);
   CHECK(cudaStreamDestroy(stream));
 }
@@ -302,6 +338,8 @@ int main(int argc, char** argv) {
     const std::string value = argv[++i];
     uint64_t v = 0;
     const bool size = name == "--activation" || name == "--chunk";
+    const bool flag = name == "--params-in-segment" || name == "--declare";
+    if (flag && value != "0" && value != "1") usage(name + " takes 0 or 1, not " + value);
     if (!(size ? parse_size(value, &v) : parse_u64(value, &v)))
       usage("bad value for " + name + ": " + value);
     if (name == "--layers") o.layers = static_cast<int>(v);
@@ -310,6 +348,8 @@ int main(int argc, char** argv) {
     else if (name == "--activation") o.activation = v;
     else if (name == "--chunk") o.chunk = v;
     else if (name == "--empty-every") o.emptyEvery = static_cast<int>(v);
+    else if (name == "--params-in-segment") o.paramsInSegment = v == 1;
+    else if (name == "--declare") o.declare = v == 1;
     else usage("unknown option " + name);
   }
   if (o.layers < 1 || o.layers > 64) usage("--layers must be 1 to 64");
@@ -319,6 +359,7 @@ int main(int argc, char** argv) {
   if (o.chunk < (2u << 20) || o.chunk % (2u << 20) != 0)
     usage("--chunk must be a multiple of 2 MiB (the allocation granularity)");
   register_kernels();
+  if (o.declare) gDeclare = reinterpret_cast<DeclareExtent>(dlsym(RTLD_DEFAULT, "delta_declare_extent"));
   run(o);
   return 0;
 }

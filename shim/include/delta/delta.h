@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define DELTA_API_VERSION 2
+#define DELTA_API_VERSION 3
 
 /* The API version of the loaded libdelta.so (DELTA_API_VERSION it was built with). */
 int delta_api_version(void);
@@ -57,6 +57,19 @@ int delta_get_stats(struct delta_stats* stats, size_t size);
  * `ptr` is not in a managed buffer. Use for memory reached in ways the shim cannot see. */
 int delta_pin(const void* ptr);
 int delta_unpin(const void* ptr);
+
+/* ---- A framework's own virtual memory (since API version 3) ------------------------------
+ *
+ * Memory the program maps itself (cuMemCreate + cuMemMap: PyTorch's expandable segments) is
+ * paged one mapping at a time. A kernel's pointer into it is taken to reach everything from its
+ * mapping to the end of the run of adjoining mappings, because the shim cannot see where the
+ * framework's blocks end; so paging frees little until the framework says so. Declare each block
+ * the framework hands out there (its allocator's allocation: [ptr, ptr + bytes)), and a pointer
+ * into it reaches only the mappings under it. A declaration replaces those it overlaps; 0 bytes
+ * forgets the one at `ptr`; unmapping forgets those in the range. A declaration must stay true
+ * while kernels run on the block: a block reused at another size is declared again first.
+ * 0 on success, -1 when the shim is not active or `ptr` is not in the program's own memory. */
+int delta_declare_extent(const void* ptr, size_t bytes);
 
 /* ---- Recompute (since API version 2) ---------------------------------------------------
  *
