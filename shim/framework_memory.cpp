@@ -410,23 +410,24 @@ int Residency::declareExtent(CUdeviceptr start, uint64_t bytes) {
   return 0;
 }
 
-void Residency::addProgramReach(uint64_t pointer, uint32_t id, std::vector<uint32_t>& ids) {
+void Residency::addProgramReach(uint64_t pointer, uint32_t id, std::vector<uint32_t>& ids,
+                                int depth) {
   if (!extents_.empty()) {
     auto e = extents_.upper_bound(pointer);
     if (e != extents_.begin() && pointer < std::prev(e)->second) {
       --e;
       addresses_.forEachOverlapping(e->first, e->second - e->first,
-                                    [&](uint32_t reached) { addOnce(reached, ids); });
+                                    [&](uint32_t reached) { addWithLinks(reached, ids, depth); });
       return;
     }
   }
-  addOnce(id, ids);
+  addWithLinks(id, ids, depth);
   // No extent known: up to the end of the run of adjoining mappings (tensors grow upwards).
   auto m = programMappings_.find(buffers_[id].address);
   if (m == programMappings_.end()) return;
   for (CUdeviceptr reachedEnd = m->second.end; ++m != programMappings_.end() && m->first == reachedEnd;
        reachedEnd = m->second.end)
-    if (m->second.buffer != kNoBuffer) addOnce(m->second.buffer, ids);
+    if (m->second.buffer != kNoBuffer) addWithLinks(m->second.buffer, ids, depth);
 }
 
 }  // namespace delta::shim

@@ -919,7 +919,7 @@ void Residency::addTableTargets(const PointerTables::Table& table, std::vector<u
   for (uint64_t value : table.values) {
     const uint32_t id = addresses_.find(value);
     if (id != AddressMap::kNone && buffers_[id].program != nullptr) {
-      addProgramReach(value, id, ids);
+      addProgramReach(value, id, ids, depth);
     } else if (id != AddressMap::kNone) {
       addWithLinks(id, ids, depth);
     } else if (depth < kMaxLinkDepth) {
@@ -940,7 +940,7 @@ void Residency::collect(const Touch& touch, std::vector<uint32_t>& ids) {
       const uint32_t id = addresses_.find(touch.pointers[i]);
       if (id == AddressMap::kNone) continue;
       if (buffers_[id].program != nullptr && touch.kind == UseKind::kKernel) [[unlikely]]
-        addProgramReach(touch.pointers[i], id, ids);
+        addProgramReach(touch.pointers[i], id, ids, kMaxLinkDepth);  // no tables: no links
       else
         addOnce(id, ids);
     }
@@ -955,7 +955,7 @@ void Residency::collectThroughTables(const Touch& touch, std::vector<uint32_t>& 
     const uint64_t value = touch.pointers[i];
     const uint32_t id = addresses_.find(value);
     if (id != AddressMap::kNone && buffers_[id].program != nullptr) {
-      addProgramReach(value, id, ids);
+      addProgramReach(value, id, ids, 0);
     } else if (id != AddressMap::kNone) {
       addWithLinks(id, ids, 0);
     } else if (const PointerTables::Table* table = tables_.tableContaining(value)) {

@@ -409,8 +409,10 @@ class Residency {
   void endProgramBuffer(uint32_t id, int64_t now);
   void forgetProgramHandle(ProgramHandle* handle);
   // The buffers a kernel's pointer into the program's memory may reach: the declared extent
-  // it lies in, or else every mapping from its own to the end of the adjoining run.
-  [[gnu::noinline]] void addProgramReach(uint64_t pointer, uint32_t id, std::vector<uint32_t>& ids);
+  // it lies in, or else every mapping from its own to the end of the adjoining run; with the
+  // buffers their tables lead to (`depth`: as addWithLinks).
+  [[gnu::noinline]] void addProgramReach(uint64_t pointer, uint32_t id, std::vector<uint32_t>& ids,
+                                         int depth);
 
   uint64_t deviceBytes() const {
     return resident_ + physical_.bytes() + quarantinedBytes_ + foreignBytes_;

@@ -205,7 +205,7 @@ TEST(RecomputeApi, EdgeCases) {
   ASSERT_EQ(probe.status, 0) << probe.err << probe.out;
   EXPECT_EQ(probe.err.find("cudasim: illegal address"), std::string::npos) << probe.err;
   const std::map<std::string, std::string> expected = {
-      {"api_version", "2"},
+      {"api_version", "3"},
       {"register_before_active", "-1"},  // nothing managed yet
       {"notifier_before_active", "0"},   // kept for the process
       {"register_callback", "0"},

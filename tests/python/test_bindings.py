@@ -62,7 +62,7 @@ class ProcessTest(unittest.TestCase):
         if not library:
             self.skipTest("DELTA_TEST_LIBDELTA is not set (meson sets it)")
         report = probe(library)
-        self.assertEqual(report["api_version"], 2)
+        self.assertEqual(report["api_version"], 3)
         self.assertRegex(report["version"], r"^\d+\.\d+\.\d+")
         self.assertFalse(report["is_active"], "no CUDA allocation was made")
         self.assertIsNone(report["stats"], "not active: no stats")

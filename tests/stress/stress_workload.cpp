@@ -30,6 +30,13 @@
 // --take-device SIZE: for the middle third of the run, another process (a cudasim fault) holds
 // SIZE bytes of the device; the results must not change.
 //
+// --program-vmm 1: a quarter of the allocations of 1 MiB or more are the program's own virtual
+// memory, as a framework's expandable segment: a reservation of their own (one unmapped
+// granule after the buffer), physical memory made with cuMemCreate in pieces of 2 or 4 MiB,
+// mapped and given access over the whole range at once, half of them declared to the shim
+// (delta_declare_extent, when the shim is there); freed by synchronising the buffer's stream
+// and unmapping, releasing and freeing the range.
+//
 // Threads share nothing but the device, so the results do not depend on how they interleave:
 // the final `digest:` is a function of the arguments alone, with or without the shim.
 //
@@ -43,8 +50,10 @@
 // `stress: ok ops=... compared_bytes=...`. A mismatch prints `stress: MISMATCH ...` with the
 // buffer, offset, expected and actual byte and the buffer's last operations, and exits 1; a
 // failing CUDA call exits 1 too; bad arguments exit 2.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <cudasim/cudasim.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
@@ -195,6 +204,7 @@ struct Options {
   bool perThreadStream = true;       // stream 0 of each thread is cudaStreamPerThread
   uint64_t takeDevice = 0;           // another process takes this much of the device for the
                                      // middle third of the run (thread 0's ops)
+  bool programVmm = false;           // some allocations are the program's own virtual memory
 };
 
 constexpr uint64_t kMinBytes = 1 << 10;
@@ -232,6 +242,21 @@ void addLive(int64_t bytes) {
     if (e_ != cudaSuccess) cuda_failed(#call, e_, __LINE__); \
   } while (0)
 
+[[noreturn]] void fatal(const char* what) {
+  std::lock_guard lock(gPrintMutex);
+  std::fprintf(stderr, "stress: %s\n", what);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+// Driver calls (the program's own virtual memory), with the driver's error number.
+#define CHECK_CU(call)                                                                 \
+  do {                                                                                 \
+    if (CUresult r_ = (call); r_ != CUDA_SUCCESS) {                                    \
+      std::string what_ = std::string(#call) + " failed: CUresult " + std::to_string(static_cast<int>(r_)); \
+      fatal(what_.c_str());                                                            \
+    }                                                                                  \
+  } while (0)
+
 class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(splitmix(seed)) {}
@@ -255,7 +280,10 @@ enum class AllocPath : uint8_t {
   kAsync,   // cudaMallocAsync from the device's current pool, freed by cudaFreeAsync
   kPool,    // cudaMallocFromPoolAsync from the thread's own pool, freed by cudaFreeAsync
   kPitch,   // cudaMallocPitch (height 1 to 4, used as one contiguous range), freed by cudaFree
+  kVmm,     // cuMemAddressReserve + cuMemCreate + cuMemMap (--program-vmm), freed by cuMemUnmap
 };
+
+constexpr uint64_t kGranule = 2 << 20;  // cudasim's allocation granularity
 
 struct Buffer {
   uint32_t id = 0;  // per thread, in allocation order
@@ -268,6 +296,8 @@ struct Buffer {
   std::string history[kHistory];  // the last operations that wrote or read it
   int historyNext = 0;
   std::vector<uint64_t> words;  // small pointer tables: what each 8-byte word holds now
+  std::vector<CUmemGenericAllocationHandle> handles;  // kVmm: its pieces, in address order
+  uint64_t reserved = 0;                              // kVmm: the reservation's size
 
   void note(const std::string& what) {
     history[historyNext] = what;
@@ -475,9 +505,12 @@ class Worker {
     b->id = nextId_++;
     b->bytes = bytes;
     const int s = randomStream();
+    const bool vmm = options_.programVmm && bytes >= (1 << 20) && rng_.below(4) == 0;
     const uint64_t how = rng_.below(10);
     void** out = reinterpret_cast<void**>(&b->device);
-    if (how < 6) {
+    if (vmm) {
+      mapProgramMemory(*b);
+    } else if (how < 6) {
       CHECK(cudaMalloc(out, bytes));
     } else if (how < 8) {
       // Usable by the work that follows on its stream: the fill below, on that stream.
@@ -506,9 +539,53 @@ class Worker {
     buffers_.push_back(std::move(b));
   }
 
+  // The program's own virtual memory, as a framework's segment (--program-vmm).
+  void mapProgramMemory(Buffer& b) {
+    b.path = AllocPath::kVmm;
+    const uint64_t mapped = (b.bytes + kGranule - 1) / kGranule * kGranule;
+    b.reserved = mapped + kGranule;  // a gap after it: no run of mappings joins another buffer's
+    CUdeviceptr base = 0;
+    CHECK_CU(cuMemAddressReserve(&base, b.reserved, 0, 0, 0));
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    for (uint64_t at = 0; at < mapped;) {
+      const uint64_t piece = mapped - at >= 2 * kGranule && rng_.below(2) == 0 ? 2 * kGranule : kGranule;
+      CUmemGenericAllocationHandle handle = 0;
+      CHECK_CU(cuMemCreate(&handle, piece, &prop, 0));
+      CHECK_CU(cuMemMap(base + at, piece, 0, handle, 0));
+      b.handles.push_back(handle);
+      at += piece;
+    }
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CHECK_CU(cuMemSetAccess(base, mapped, &access, 1));
+    b.device = reinterpret_cast<uint8_t*>(base);
+    using Declare = int (*)(const void*, size_t);
+    static const auto declare = reinterpret_cast<Declare>(dlsym(RTLD_DEFAULT, "delta_declare_extent"));
+    // Drawn with the shim or without: the run must be the same program either way.
+    const bool declared = rng_.below(2) == 0;
+    if (declare != nullptr && declared && declare(b.device, b.bytes) != 0)
+      fatal("delta_declare_extent refused a mapped buffer");
+  }
+
+  void unmapProgramMemory(Buffer& b) {
+    // The driver does not wait for work that uses the range: its stream first (every use of a
+    // buffer is ordered on its last stream).
+    if (b.lastStream >= 0) CHECK(cudaStreamSynchronize(streams_[b.lastStream].stream));
+    const CUdeviceptr base = reinterpret_cast<CUdeviceptr>(b.device);
+    CHECK_CU(cuMemUnmap(base, b.reserved - kGranule));
+    for (CUmemGenericAllocationHandle handle : b.handles) CHECK_CU(cuMemRelease(handle));
+    CHECK_CU(cuMemAddressFree(base, b.reserved));
+  }
+
   void freeAt(size_t index) {
     Buffer& b = *buffers_[index];
-    if (b.path == AllocPath::kAsync || b.path == AllocPath::kPool) {
+    if (b.path == AllocPath::kVmm) {
+      unmapProgramMemory(b);
+    } else if (b.path == AllocPath::kAsync || b.path == AllocPath::kPool) {
       // A stream-ordered free: after every use, on a stream of its own choosing. The memory may
       // be handed out again at once to work ordered after it, and to nothing else.
       const int s = randomStream();
@@ -962,7 +1039,7 @@ bool parseSize(const char* text, uint64_t* out) {
   std::fprintf(stderr,
                "stress-workload: %s\nusage: stress-workload [--seed S] [--ops N] [--threads T] "
                "[--max-bytes SIZE] [--peak-hint SIZE] [--check-every N] [--per-thread-stream 0|1] "
-               "[--take-device SIZE]\n",
+               "[--take-device SIZE] [--program-vmm 0|1]\n",
                why);
   std::exit(2);
 }
@@ -985,6 +1062,7 @@ int main(int argc, char** argv) {
     else if (name == "--check-every") options.checkEvery = number;
     else if (name == "--per-thread-stream") options.perThreadStream = number != 0;
     else if (name == "--take-device") options.takeDevice = number;
+    else if (name == "--program-vmm") options.programVmm = number != 0;
     else usage(("unknown option " + name).c_str());
   }
   if (options.threads < 1 || options.threads > 64) usage("--threads must be 1 to 64");
