@@ -1,5 +1,5 @@
 // delta-trace: offline tools over DELTA's traces. One table of subcommands; each parses its own
-// options and answers --help. To add one (summary, export, plot, diff), add a row to kCommands.
+// options and answers --help. To add one (summary, export, plot, diff, synth), add a row to kCommands.
 #include <fmt/core.h>
 
 #include <cstdio>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tools/replay_commands.h"
+#include "tools/synth_command.h"
 #include "tools/trace_commands.h"
 
 namespace {
@@ -26,6 +27,7 @@ constexpr Subcommand kCommands[] = {
     {"export", "a trace as Chrome trace JSON or a PyTorch memory snapshot (FILE -o OUT)", delta::tools::exportCommand},
     {"plot", "a trace's memory timeline as an SVG (FILE -o memory.svg)", delta::tools::plotCommand},
     {"diff", "two traces of the same job side by side", delta::tools::diffCommand},
+    {"synth", "write a synthetic training iteration (a workload family) as a DTR op log", delta::tools::synthCommand},
 };
 
 void printUsage(std::FILE* out) {
