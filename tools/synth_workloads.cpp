@@ -138,8 +138,8 @@ std::string unet(Context& c) {
   UnetShape s{};
   s.levels = c.chose("levels", c.rng.range(3, 5));
   s.channels = c.chose("channels", c.rng.pick<std::int64_t>({32, 48, 64}));
-  s.side = c.chose("side", c.rng.pick<std::int64_t>({128, 192, 256}));
-  s.batch = c.batch(c.rng.pick<std::int64_t>({4, 8, 12}));
+  s.side = c.chose("side", c.rng.pick<std::int64_t>({192, 256, 320}));
+  s.batch = c.batch(c.rng.range(8, 16));
   // The share grows with K: the smallest K that reaches a quarter (bisection).
   constexpr double kShare = 0.25;
   std::int64_t lo = 1, hi = 8192;
@@ -157,10 +157,10 @@ std::string unet(Context& c) {
 // discriminator's step (real and detached fake images, backward, update D), then the
 // generator's step (D on the fake with D frozen, backward through D into G, update G).
 std::string gan(Context& c) {
-  const std::int64_t stages = c.chose("stages", c.rng.range(3, 5));  // image side 4·2^stages
-  const std::int64_t width = c.chose("width", c.rng.pick<std::int64_t>({64, 96, 128}));
-  const std::int64_t zdim = c.chose("zdim", c.rng.pick<std::int64_t>({100, 128}));
-  const std::int64_t batch = c.batch(c.rng.pick<std::int64_t>({64, 128, 256}));
+  const std::int64_t stages = c.chose("stages", c.rng.range(5, 6));  // image side 4·2^stages
+  const std::int64_t width = c.chose("width", c.rng.pick<std::int64_t>({64, 96}));
+  const std::int64_t zdim = c.chose("zdim", c.rng.range(64, 256));
+  const std::int64_t batch = c.batch(8 * c.rng.range(6, 16));
   const std::int64_t side = 4LL << stages;
   SynthGraph g;
   SynthNet n(g, c.gpu);
@@ -247,9 +247,9 @@ std::string gan(Context& c) {
 // node, children before parents (each node reads its two children's states and the shared
 // recurrent weights), and a classifier on the root.
 std::string treeRnn(Context& c) {
-  const std::int64_t leaves = c.chose("leaves", c.rng.range(24, 64));
-  const std::int64_t hidden = c.chose("hidden", c.rng.pick<std::int64_t>({512, 768, 1024}));
-  const std::int64_t batch = c.batch(c.rng.pick<std::int64_t>({128, 256, 512}));
+  const std::int64_t leaves = c.chose("leaves", c.rng.range(32, 96));
+  const std::int64_t hidden = c.chose("hidden", c.rng.pick<std::int64_t>({768, 1024, 1536}));
+  const std::int64_t batch = c.batch(64 * c.rng.range(4, 16));
   constexpr std::int64_t kVocab = 20000;
   constexpr std::int64_t kClasses = 5;
   // The tree: merge a random adjacent pair until one node is left (leaves stay in order).
@@ -306,11 +306,11 @@ std::string treeRnn(Context& c) {
 // 1x1 then 3x3; 1x1 then two 3x3; 3x3 max pool then 1x1) are joined by concatenation; max
 // pool between stages; a classifier.
 std::string wideBranches(Context& c) {
-  const std::int64_t side = c.chose("side", c.rng.pick<std::int64_t>({96, 128, 160}));
+  const std::int64_t side = c.chose("side", c.rng.pick<std::int64_t>({128, 160, 224}));
   const std::int64_t stages = c.chose("stages", c.rng.range(2, 3));
   const std::int64_t blocks = c.chose("blocks_per_stage", c.rng.range(2, 3));
-  const std::int64_t width = c.chose("branch_width", c.rng.pick<std::int64_t>({32, 48, 64}));
-  const std::int64_t batch = c.batch(c.rng.pick<std::int64_t>({16, 32, 48}));
+  const std::int64_t width = c.chose("branch_width", c.rng.pick<std::int64_t>({64, 96, 128}));
+  const std::int64_t batch = c.batch(8 * c.rng.range(4, 8));
   SynthGraph g;
   SynthNet n(g, c.gpu);
   const int grp = n.group(Optimizer::kSgdMomentum);
@@ -361,10 +361,10 @@ std::string wideBranches(Context& c) {
 // halve the side and double the width (a 1x1 strided projection on the first shortcut), 4-12
 // blocks per stage.
 std::string deepResidual(Context& c) {
-  const std::int64_t side = c.chose("side", c.rng.pick<std::int64_t>({64, 96, 128}));
+  const std::int64_t side = c.chose("side", c.rng.pick<std::int64_t>({96, 128}));
   const std::int64_t width = c.chose("width", c.rng.pick<std::int64_t>({32, 48, 64}));
   const std::int64_t stages = c.chose("stages", c.rng.range(3, 4));
-  const std::int64_t batch = c.batch(c.rng.pick<std::int64_t>({32, 48, 64}));
+  const std::int64_t batch = c.batch(8 * c.rng.range(4, 8));
   SynthGraph g;
   SynthNet n(g, c.gpu);
   const int grp = n.group(Optimizer::kSgdMomentum);
@@ -407,7 +407,7 @@ std::string attention(Context& c) {
   if (c.seq_len > 0) len = c.seq_len;
   c.chose("seq_len", len);
   const std::int64_t vocab = c.chose("vocab", c.rng.pick<std::int64_t>({8192, 16384, 32768}));
-  const std::int64_t batch = c.batch(c.rng.pick<std::int64_t>({2, 4, 8}));
+  const std::int64_t batch = c.batch(c.rng.range(2, 8));
   const std::int64_t tokens = batch * len;
   SynthGraph g;
   SynthNet n(g, c.gpu);
