@@ -136,9 +136,13 @@ int synthCommand(const std::vector<std::string>& args) {
   std::string chose;
   for (const auto& [name, value] : r.choices) chose += fmt::format("{}{} {}", chose.empty() ? "" : ", ", name, value);
   const policy::Workload& w = check.workload;
-  fmt::print(stderr, "delta-trace {}: {} seed {} scale {}: {}; {} ops, peak {:.3f} GiB, compute {:.2f} ms\n", kCmd,
-             o.family, o.seed, o.scale, chose, w.ops.size(), static_cast<double>(w.peakBytes()) / (1u << 30),
-             static_cast<double>(w.computeNs()) / 1e6);
+  const auto [largest, largest_op] = largestWorkingSet(w);
+  fmt::print(stderr,
+             "delta-trace {}: {} seed {} scale {}: {}; {} ops, peak {:.3f} GiB, compute {:.2f} ms, largest op {} "
+             "({:.1f} % of the peak)\n",
+             kCmd, o.family, o.seed, o.scale, chose, w.ops.size(), static_cast<double>(w.peakBytes()) / (1u << 30),
+             static_cast<double>(w.computeNs()) / 1e6, w.ops[largest_op].name,
+             100.0 * static_cast<double>(largest) / static_cast<double>(w.peakBytes()));
   return 0;
 }
 

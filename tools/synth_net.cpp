@@ -145,6 +145,37 @@ TensorId SynthNet::conv2d(TensorId x, TensorId w, int stride, std::string_view l
   return y;
 }
 
+TensorId SynthNet::convTranspose2d(TensorId x, TensorId w, std::string_view label) {
+  const SynthShape& xs = shape(x);
+  const SynthShape& ws = shape(w);
+  const SynthShape ys{xs[0], ws[1], xs[2] * 2, xs[3] * 2};
+  // ATen runs it as a convolution (transposed): every input element meets Cout·k² weights, the
+  // FLOPs of the forward convolution whose output is shaped like x.
+  auto shaped = [](const SynthShape& s) {
+    std::uint64_t n = 1;
+    for (std::int64_t d : s) n *= static_cast<std::uint64_t>(d);
+    return OpTensor{s, n, kF32, true};
+  };
+  const std::int64_t ns = timeOf("convolution", {shaped(ys), costTensor(w)}, {shaped(xs)});
+  const TensorId y = g_.call1("convolution", {x, w}, {label, ys}, ns);
+  const bool gx = requiresGrad(x);
+  const bool gw = requiresGrad(w);
+  setRequiresGrad(y, gx || gw);
+  if (gx || gw) {
+    record([=, this] {
+      const TensorId gy = gradOf(y);
+      if (gy == kNoTensor) return;
+      std::vector<SynthGraph::Result> rs;
+      if (gx) rs.push_back({"grad", shape(x)});
+      if (gw) rs.push_back({"grad", shape(w)});
+      const std::vector<TensorId> g = op("convolution_backward", {gy, x, w}, rs, {shape(x), shape(gy), shape(w)});
+      if (gx) accumulate(x, g[0]);
+      if (gw) accumulate(w, g[gx ? 1 : 0]);
+    });
+  }
+  return y;
+}
+
 TensorId SynthNet::batchNorm(TensorId x, TensorId gamma, TensorId beta, std::string_view label) {
   const SynthShape c{shape(x)[1]};
   const std::vector<TensorId> r =
@@ -476,10 +507,11 @@ std::pair<TensorId, TensorId> SynthNet::treeCell(TensorId gates, TensorId c_left
 std::vector<TensorId> SynthNet::unbindRows(TensorId x, std::int64_t n, std::string_view label) {
   const SynthShape rs{shape(x)[0] / n, shape(x)[1]};
   std::vector<SynthGraph::Result> results;
+  const std::uint32_t elem = g_.tensor(x).elem_bytes;
   std::vector<std::string> labels;
   labels.reserve(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) labels.push_back(fmt::format("{}{}", label, i));
-  for (const std::string& l : labels) results.push_back({l, rs, kF32, 0});
+  for (const std::string& l : labels) results.push_back({l, rs, elem, 0});
   const std::vector<TensorId> r = op("unbind", {x}, results);
   if (!requiresGrad(x)) return r;
   for (TensorId t : r) setRequiresGrad(t, true);

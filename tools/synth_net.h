@@ -37,6 +37,8 @@ class SynthNet {
 
   // Layers. Shapes: images [N, C, H, W]; matrices [rows, cols].
   TensorId conv2d(TensorId x, TensorId w, int stride, std::string_view label);  // "same" padding
+  // A transposed convolution, stride 2 (w [Cin, Cout, k, k]): doubles the side.
+  TensorId convTranspose2d(TensorId x, TensorId w, std::string_view label);
   TensorId batchNorm(TensorId x, TensorId gamma, TensorId beta, std::string_view label);
   TensorId relu(TensorId x, std::string_view label);
   TensorId leakyRelu(TensorId x, std::string_view label);

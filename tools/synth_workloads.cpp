@@ -153,7 +153,7 @@ std::string unet(Context& c) {
 }
 
 // --- gan ------------------------------------------------------------------------------------
-// DCGAN-style, the loop of PyTorch's example: the generator's forward once, then the
+// DCGAN, the loop of PyTorch's example: the generator's forward once, then the
 // discriminator's step (real and detached fake images, backward, update D), then the
 // generator's step (D on the fake with D frozen, backward through D into G, update G).
 std::string gan(Context& c) {
@@ -171,7 +171,8 @@ std::string gan(Context& c) {
   const TensorId ones = n.input("label.real", {batch, 1});
   const TensorId zeros = n.input("label.fake", {batch, 1});
 
-  // Generator: z -> [B, C0, 4, 4] -> (upsample, conv, bn, relu) x stages -> tanh image.
+  // Generator: z -> [B, C0, 4, 4] -> (transposed conv stride 2, bn, relu) x stages, the last
+  // one to 3 channels and tanh.
   const std::int64_t c0 = width << (stages - 1);
   const TensorId fcw = n.param(gen, "G.fc.w", {zdim, c0 * 16});
   const TensorId fcb = n.param(gen, "G.fc.b", {c0 * 16});
@@ -180,12 +181,15 @@ std::string gan(Context& c) {
              "G.fc.relu");
   for (std::int64_t i = 0; i < stages; ++i) {
     const std::string l = at("G.up", i);
-    const TensorId up = n.upsample2(x, l + ".upsample");
-    if (i + 1 < stages) {
-      x = convBnRelu(n, gen, up, c0 >> (i + 1), 3, 1, l);
+    const bool last = i + 1 == stages;
+    const std::int64_t cout = last ? 3 : c0 >> (i + 1);
+    const TensorId w = n.param(gen, l + ".w", {n.shape(x)[1], cout, 4, 4});
+    x = n.convTranspose2d(x, w, l + ".convt");
+    if (last) {
+      x = n.tanh(x, "G.image");
     } else {
-      const TensorId w = n.param(gen, l + ".w", {3, n.shape(up)[1], 3, 3});
-      x = n.tanh(n.conv2d(up, w, 1, l + ".conv"), "G.image");
+      x = n.relu(n.batchNorm(x, n.param(gen, l + ".bn.weight", {cout}), n.param(gen, l + ".bn.bias", {cout}), l + ".bn"),
+                 l + ".relu");
     }
   }
   const TensorId fake = x;
@@ -243,9 +247,9 @@ std::string gan(Context& c) {
 
 // --- tree-rnn -------------------------------------------------------------------------------
 // A binary Tree-LSTM (Tai et al. 2015) over a batch of sentences parsed into the same random
-// binary tree: leaves from the word embeddings in one batched op, then one cell per internal
-// node, children before parents (each node reads its two children's states and the shared
-// recurrent weights), and a classifier on the root.
+// binary tree: the words embedded in one op, then one cell per leaf and one per internal node,
+// children before parents (each node reads its two children's states and the shared recurrent
+// weights), and a classifier on the root.
 std::string treeRnn(Context& c) {
   const std::int64_t leaves = c.chose("leaves", c.rng.range(32, 96));
   const std::int64_t hidden = c.chose("hidden", c.rng.pick<std::int64_t>({768, 1024, 1536}));
@@ -281,10 +285,15 @@ std::string treeRnn(Context& c) {
   const TensorId wc = n.param(grp, "classifier.w", {hidden, kClasses});
   const TensorId bc = n.param(grp, "classifier.b", {kClasses});
 
-  const TensorId x = n.embedding(table, ids, "embed");
-  const auto [hl, cl] = n.leafCell(n.linear(x, wl, bl, "leaf.gates"), "leaf");
-  std::vector<TensorId> h = n.unbindRows(hl, leaves, "leaf.h");
-  std::vector<TensorId> cs = n.unbindRows(cl, leaves, "leaf.c");
+  // The sentence's words embedded at once; then each leaf on its own, as each internal node.
+  const std::vector<TensorId> words = n.unbindRows(n.embedding(table, ids, "embed"), leaves, "word");
+  std::vector<TensorId> h, cs;
+  for (std::int64_t i = 0; i < leaves; ++i) {
+    const std::string l = at("leaf", i);
+    const auto [hl, cl] = n.leafCell(n.linear(words[static_cast<std::size_t>(i)], wl, bl, l + ".gates"), l);
+    h.push_back(hl);
+    cs.push_back(cl);
+  }
   for (std::size_t m = 0; m < merges.size(); ++m) {
     const auto [left, right] = merges[m];
     const std::string l = at("node", leaves + static_cast<std::int64_t>(m));
