@@ -38,15 +38,17 @@ TensorId SynthNet::param(int group, std::string_view label, SynthShape shape) {
   const TensorId p = g_.constant(label, shape, kF32);
   if (group_of_.size() <= p) group_of_.resize(p + 1, -1);
   group_of_[p] = group;
-  groups_[static_cast<std::size_t>(group)].params.push_back(p);
-  // The optimizer's state for it, created with it: momentum, or Adam's first and second moments.
-  const std::string state = std::string(label);
-  if (groups_[static_cast<std::size_t>(group)].optimizer == Optimizer::kSgdMomentum) {
-    g_.constant(state + ".momentum", shape, kF32);
+  Group& grp = groups_[static_cast<std::size_t>(group)];
+  // The optimizer's state for it: momentum, or Adam's first and second moments.
+  const std::string l(label);
+  Param entry{p, {}};
+  if (grp.optimizer == Optimizer::kSgdMomentum) {
+    entry.state.push_back(g_.constant(l + ".momentum", shape, kF32));
   } else {
-    g_.constant(state + ".exp_avg", shape, kF32);
-    g_.constant(state + ".exp_avg_sq", std::move(shape), kF32);
+    entry.state.push_back(g_.constant(l + ".exp_avg", shape, kF32));
+    entry.state.push_back(g_.constant(l + ".exp_avg_sq", shape, kF32));
   }
+  grp.params.push_back(std::move(entry));
   return p;
 }
 
@@ -204,30 +206,37 @@ TensorId SynthNet::batchNorm(TensorId x, TensorId gamma, TensorId beta, std::str
   return r[0];
 }
 
-namespace {
-// Elementwise activations: what the backward reads besides the gradient (the output or the input).
-enum class Saves : std::uint8_t { kOutput, kInput };
-}  // namespace
+TensorId SynthNet::elementwise(TensorId x, std::string_view forward, std::string_view backward, bool saves_output,
+                               std::string_view label) {
+  const TensorId y = op1(forward, {x}, {label, shape(x)});
+  if (!requiresGrad(x)) return y;
+  setRequiresGrad(y, true);
+  const std::string backward_name(backward);
+  record([=, this] {
+    const TensorId gy = gradOf(y);
+    if (gy == kNoTensor) return;
+    accumulate(x, op1(backward_name, {gy, saves_output ? y : x}, {"grad", shape(x)}));
+  });
+  return y;
+}
 
-#define DELTA_SYNTH_ACTIVATION(method, forward_name, backward_name, saves)              \
-  TensorId SynthNet::method(TensorId x, std::string_view label) {                      \
-    const TensorId y = op1(forward_name, {x}, {label, shape(x)});                      \
-    if (!requiresGrad(x)) return y;                                                    \
-    setRequiresGrad(y, true);                                                          \
-    record([=, this] {                                                                 \
-      const TensorId gy = gradOf(y);                                                   \
-      if (gy == kNoTensor) return;                                                     \
-      const TensorId saved = (saves) == Saves::kOutput ? y : x;                        \
-      accumulate(x, op1(backward_name, {gy, saved}, {"grad", shape(x)}));              \
-    });                                                                                \
-    return y;                                                                          \
-  }
-DELTA_SYNTH_ACTIVATION(relu, "relu", "threshold_backward", Saves::kOutput)
-DELTA_SYNTH_ACTIVATION(leakyRelu, "leaky_relu", "leaky_relu_backward", Saves::kInput)
-DELTA_SYNTH_ACTIVATION(tanh, "tanh", "tanh_backward", Saves::kOutput)
-DELTA_SYNTH_ACTIVATION(gelu, "gelu", "gelu_backward", Saves::kInput)
-DELTA_SYNTH_ACTIVATION(softmax, "_softmax", "_softmax_backward_data", Saves::kOutput)
-#undef DELTA_SYNTH_ACTIVATION
+// What each backward reads besides the gradient: relu, tanh and softmax their output, leaky
+// relu and gelu their input.
+TensorId SynthNet::relu(TensorId x, std::string_view label) {
+  return elementwise(x, "relu", "threshold_backward", true, label);
+}
+TensorId SynthNet::leakyRelu(TensorId x, std::string_view label) {
+  return elementwise(x, "leaky_relu", "leaky_relu_backward", false, label);
+}
+TensorId SynthNet::tanh(TensorId x, std::string_view label) {
+  return elementwise(x, "tanh", "tanh_backward", true, label);
+}
+TensorId SynthNet::gelu(TensorId x, std::string_view label) {
+  return elementwise(x, "gelu", "gelu_backward", false, label);
+}
+TensorId SynthNet::softmax(TensorId x, std::string_view label) {
+  return elementwise(x, "_softmax", "_softmax_backward_data", true, label);
+}
 
 TensorId SynthNet::add(TensorId a, TensorId b, std::string_view label) {
   const TensorId y = op1("add", {a, b}, {label, shape(a)});
@@ -588,18 +597,19 @@ void SynthNet::backward(TensorId loss, std::size_t mark) {
 
 void SynthNet::step(int group) {
   const Group& grp = groups_[static_cast<std::size_t>(group)];
-  for (TensorId p : grp.params) {
+  for (const Param& param : grp.params) {
+    const TensorId p = param.tensor;
     const TensorId gp = gradOf(p);
     if (gp == kNoTensor) continue;
-    // The optimizer state was created right after the parameter (param()).
-    std::vector<TensorId> args{p, gp, p + 1};
-    std::vector<std::uint32_t> written{0, 2};
-    const char* name = "sgd_";
-    if (grp.optimizer == Optimizer::kAdam) {
-      args.push_back(p + 2);
-      written.push_back(3);
-      name = "adam_";
+    // sgd_(param, grad, momentum), adam_(param, grad, exp_avg, exp_avg_sq): all but the
+    // gradient written.
+    std::vector<TensorId> args{p, gp};
+    std::vector<std::uint32_t> written{0};
+    for (TensorId st : param.state) {
+      written.push_back(static_cast<std::uint32_t>(args.size()));
+      args.push_back(st);
     }
+    const char* name = grp.optimizer == Optimizer::kAdam ? "adam_" : "sgd_";
     std::vector<OpTensor> in;
     std::vector<OpTensor> out;
     for (TensorId a : args) in.push_back(costTensor(a));

@@ -86,10 +86,14 @@ class SynthNet {
   const SynthShape& shape(TensorId t) const { return g_.tensor(t).shape; }
 
  private:
+  struct Param {
+    TensorId tensor;
+    std::vector<TensorId> state;  // the optimizer's
+  };
   struct Group {
     Optimizer optimizer;
     bool frozen = false;
-    std::vector<TensorId> params;
+    std::vector<Param> params;
   };
   // An op timed by the cost model from its arguments' and results' shapes, or from
   // `cost_inputs` when the kernel reads them in another layout (a transposed operand).
@@ -100,6 +104,9 @@ class SynthNet {
                const std::vector<SynthShape>& cost_inputs = {}) {
     return op(name, args, {result}, cost_inputs)[0];
   }
+  // y = f(x) elementwise; its backward reads the gradient and y (saves_output) or x.
+  TensorId elementwise(TensorId x, std::string_view forward, std::string_view backward, bool saves_output,
+                       std::string_view label);
   std::int64_t timeOf(std::string_view name, const std::vector<OpTensor>& in, const std::vector<OpTensor>& out) const;
   OpTensor costTensor(TensorId t) const;
 
