@@ -106,7 +106,9 @@ int synthCommand(const std::vector<std::string>& args) {
   o.seed = *seed_value;
   if (auto v = a.value("scale")) {
     const std::optional<double> x = parsePositive(*v);
-    if (!x || *x > kMaxScale) return usage(fmt::format("bad --scale '{}': expected a number > 0 and at most {}", *v, kMaxScale));
+    if (!x || *x > kMaxScale) {
+      return usage(fmt::format("bad --scale '{}': expected a number > 0 and at most {}", *v, kMaxScale));
+    }
     o.scale = *x;
   }
   if (auto v = a.value("gpu")) {

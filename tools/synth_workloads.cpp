@@ -65,6 +65,10 @@ struct Context {
 
 std::string at(std::string_view prefix, std::int64_t i) { return fmt::format("{}{}", prefix, i); }
 
+// Tensors are named in the order they are made: a call never makes two of its arguments (the
+// order C++ evaluates arguments in is the compiler's), so that every compiler writes the same
+// log.
+
 // conv 3x3 (or k x k) -> batch norm -> relu, parameters in `grp`.
 TensorId convBnRelu(SynthNet& n, int grp, TensorId x, std::int64_t cout, int k, int stride, const std::string& l,
                     bool relu = true) {
@@ -178,8 +182,9 @@ std::string gan(Context& c) {
   const TensorId fcw = n.param(gen, "G.fc.w", {zdim, c0 * 16});
   const TensorId fcb = n.param(gen, "G.fc.b", {c0 * 16});
   TensorId x = n.reshape(n.linear(z, fcw, fcb, "G.fc"), {batch, c0, 4, 4}, "G.fc.view");
-  x = n.relu(n.batchNorm(x, n.param(gen, "G.fc.bn.weight", {c0}), n.param(gen, "G.fc.bn.bias", {c0}), "G.fc.bn"),
-             "G.fc.relu");
+  const TensorId fc_gamma = n.param(gen, "G.fc.bn.weight", {c0});
+  const TensorId fc_beta = n.param(gen, "G.fc.bn.bias", {c0});
+  x = n.relu(n.batchNorm(x, fc_gamma, fc_beta, "G.fc.bn"), "G.fc.relu");
   for (std::int64_t i = 0; i < stages; ++i) {
     const std::string l = at("G.up", i);
     const bool last = i + 1 == stages;
@@ -189,8 +194,9 @@ std::string gan(Context& c) {
     if (last) {
       x = n.tanh(x, "G.image");
     } else {
-      x = n.relu(n.batchNorm(x, n.param(gen, l + ".bn.weight", {cout}), n.param(gen, l + ".bn.bias", {cout}), l + ".bn"),
-                 l + ".relu");
+      const TensorId gamma = n.param(gen, l + ".bn.weight", {cout});
+      const TensorId beta = n.param(gen, l + ".bn.bias", {cout});
+      x = n.relu(n.batchNorm(x, gamma, beta, l + ".bn"), l + ".relu");
     }
   }
   const TensorId fake = x;
@@ -342,9 +348,11 @@ std::string wideBranches(Context& c) {
           case 0:
             outs.push_back(convBnRelu(n, grp, x, wd, 1, 1, bl + ".1x1"));
             break;
-          case 1:
-            outs.push_back(convBnRelu(n, grp, convBnRelu(n, grp, x, wd / 2, 1, 1, bl + ".reduce"), wd, 3, 1, bl + ".3x3"));
+          case 1: {
+            const TensorId r = convBnRelu(n, grp, x, wd / 2, 1, 1, bl + ".reduce");
+            outs.push_back(convBnRelu(n, grp, r, wd, 3, 1, bl + ".3x3"));
             break;
+          }
           case 2: {
             const TensorId r = convBnRelu(n, grp, x, wd / 2, 1, 1, bl + ".reduce");
             outs.push_back(convBnRelu(n, grp, convBnRelu(n, grp, r, wd, 3, 1, bl + ".3x3a"), wd, 3, 1, bl + ".3x3b"));
@@ -428,10 +436,14 @@ std::string attention(Context& c) {
   const TensorId pos = n.param(grp, "position", {len, model});
   TensorId x = n.add(n.embedding(table, ids, "embed"), pos, "embed.pos");
   auto norm = [&](TensorId in, const std::string& l) {
-    return n.layerNorm(in, n.param(grp, l + ".weight", {model}), n.param(grp, l + ".bias", {model}), l);
+    const TensorId gamma = n.param(grp, l + ".weight", {model});
+    const TensorId beta = n.param(grp, l + ".bias", {model});
+    return n.layerNorm(in, gamma, beta, l);
   };
   auto dense = [&](TensorId in, std::int64_t out, const std::string& l) {
-    return n.linear(in, n.param(grp, l + ".w", {n.shape(in)[1], out}), n.param(grp, l + ".b", {out}), l);
+    const TensorId w = n.param(grp, l + ".w", {n.shape(in)[1], out});
+    const TensorId b = n.param(grp, l + ".b", {out});
+    return n.linear(in, w, b, l);
   };
   for (std::int64_t i = 0; i < layers; ++i) {
     const std::string l = at("layer", i);

@@ -217,7 +217,8 @@ INSTANTIATE_TEST_SUITE_P(All, Family,
 TEST(SynthFamilies, ListAndErrors) {
   std::vector<std::string> names;
   for (const SynthFamily& f : synthFamilies()) names.emplace_back(f.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"unet", "gan", "tree-rnn", "wide-branches", "deep-residual", "attention"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"unet", "gan", "tree-rnn", "wide-branches", "deep-residual",
+                                             "attention"}));
   SynthOptions o;
   o.family = "vgg";
   EXPECT_EQ(synthesize(o).error,
@@ -324,7 +325,8 @@ TEST(SynthTreeRnn, ShapedLikeATree) {
       const policy::WorkloadOp& op = w.ops[i];
       for (BufferId b : op.reads) {
         if (startsWith(w.buffers[b].name, "node.w.")) ++weight_reads;
-        if (w.buffers[b].producer >= 0 && w.ops[static_cast<std::size_t>(w.buffers[b].producer)].name == "tree_lstm_cell" &&
+        const std::int32_t p = w.buffers[b].producer;
+        if (p >= 0 && w.ops[static_cast<std::size_t>(p)].name == "tree_lstm_cell" &&
             label(w.buffers[b].name).ends_with(".h")) {
           ++consumers[b];
         }
