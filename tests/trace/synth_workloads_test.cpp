@@ -14,6 +14,8 @@
 
 #include "policy/dtr_log_reader.h"
 #include "policy/json_line.h"
+#include "policy/policy_factory.h"
+#include "policy/simulator.h"
 #include "tools/synth_workloads.h"
 
 namespace delta::tools {
@@ -130,7 +132,7 @@ LogFacts checkLog(const std::string& log, const std::string& what) {
 
 class Family : public testing::TestWithParam<std::string> {};
 
-TEST_P(Family, IsAWholeTrainingIterationThatReplays) {
+TEST_P(Family, IsAWholeTrainingIteration) {
   const std::string family = GetParam();
   for (double scale : kScales) {
     for (std::uint64_t seed : kSeeds) {
@@ -177,6 +179,23 @@ TEST_P(Family, IsAWholeTrainingIterationThatReplays) {
       EXPECT_EQ(updated, params) << what;
       EXPECT_GT(w.peakBytes(), 100u << 20) << what;
     }
+  }
+}
+
+// Replayed at half its peak, swapping only (lru), every family runs within the budget: no op
+// needs more than the budget (the largest working set is at most a quarter of the peak).
+TEST_P(Family, ReplaysWithinHalfItsPeak) {
+  const std::string family = GetParam();
+  for (std::uint64_t seed : kSeeds) {
+    const Workload w = read(make(family, seed), family);
+    policy::SimOptions o;
+    o.budget_bytes = w.peakBytes() / 2;
+    policy::PolicyResult p = policy::makePolicy("lru", policy::policyConfigFor(w, o));
+    ASSERT_EQ(p.error, "");
+    const policy::SimResult r = policy::Simulator(w, o).run(*p.policy);
+    EXPECT_EQ(r.over_budget_ops, 0u) << family << " seed " << seed;
+    EXPECT_LE(r.peak_bytes, o.budget_bytes) << family << " seed " << seed;
+    EXPECT_GE(r.total_ns, r.compute_ns) << family << " seed " << seed;
   }
 }
 
