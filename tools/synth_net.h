@@ -47,7 +47,7 @@ class SynthNet {
   // a + b; b either a's shape or the trailing rows of a broadcast over the leading ones.
   TensorId add(TensorId a, TensorId b, std::string_view label);
   TensorId cat(const std::vector<TensorId>& xs, std::string_view label);  // along channels
-  TensorId maxPool(TensorId x, int stride, std::string_view label);       // 3x3 window
+  TensorId maxPool(TensorId x, int stride, std::string_view label);       // same padding
   TensorId upsample2(TensorId x, std::string_view label);                  // nearest, x2
   TensorId globalAvgPool(TensorId x, std::string_view label);              // -> [N, C]
   TensorId linear(TensorId x, TensorId w, TensorId b, std::string_view label);  // x·w + b
