@@ -7,17 +7,24 @@
 #include "policy/delta_policy.h"
 #include "policy/dtr_policy.h"
 #include "policy/lru_policy.h"
+#include "policy/oracle_policy.h"
 
 namespace delta::policy {
 
 namespace {
 constexpr std::array<std::string_view, 6> kNames = {"delta",     "lru",           "dtr",
                                                     "swap-only", "recompute-only", "belady"};
-}
+// Not in kNames: the shim's options take every name of policyNames() that builds without a
+// future as a DELTA_POLICY; `oracle` needs the workload itself, which only a replay has.
+constexpr std::array<std::string_view, 7> kReplayNames = {"delta",          "lru",    "dtr",   "swap-only",
+                                                          "recompute-only", "belady", "oracle"};
+}  // namespace
 
 std::span<const std::string_view> policyNames() { return kNames; }
+std::span<const std::string_view> replayPolicyNames() { return kReplayNames; }
 
-PolicyResult makePolicy(std::string_view name, const PolicyConfig& config, const UseSchedule* future) {
+PolicyResult makePolicy(std::string_view name, const PolicyConfig& config, const UseSchedule* future,
+                        const ReplayContext* replay) {
   PolicyResult r;
   if (name == "delta") {
     r.policy = std::make_unique<DeltaPolicy>(config, DirectorMode::kMixed);
@@ -35,10 +42,16 @@ PolicyResult makePolicy(std::string_view name, const PolicyConfig& config, const
     } else {
       r.policy = std::make_unique<BeladyPolicy>(config, *future);
     }
+  } else if (name == "oracle") {
+    if (replay == nullptr || replay->workload == nullptr) {
+      r.error = "policy 'oracle' needs the future and is available only in replay (delta-trace)";
+    } else {
+      r.policy = std::make_unique<OraclePolicy>(config, *replay->workload, replay->options);
+    }
   } else {
     r.error = "unknown policy '" + std::string(name) + "' (accepted:";
-    for (std::size_t i = 0; i < kNames.size(); ++i) {
-      r.error += (i ? ", " : " ") + std::string(kNames[i]);
+    for (std::size_t i = 0; i < kReplayNames.size(); ++i) {
+      r.error += (i ? ", " : " ") + std::string(kReplayNames[i]);
     }
     r.error += ")";
   }

@@ -7,7 +7,9 @@
 #include <string_view>
 
 #include "policy/policy.h"
+#include "policy/simulator.h"
 #include "policy/use_schedule.h"
+#include "policy/workload.h"
 
 namespace delta::policy {
 
@@ -18,9 +20,18 @@ struct PolicyResult {
 
 // Names a caller may pass; `belady` is accepted only with `future` (the simulator).
 std::span<const std::string_view> policyNames();
+// Those and the names only a replay can build, with `replay` (`oracle`): what delta-trace takes.
+std::span<const std::string_view> replayPolicyNames();
 inline constexpr std::string_view kDefaultPolicy = "delta";
 
+// What `oracle` needs besides the future: the workload itself (producers, recompute costs) and
+// the replay's options, under which it replays its candidate plans before the run.
+struct ReplayContext {
+  const Workload* workload = nullptr;  // must outlive the policy
+  SimOptions options;
+};
+
 PolicyResult makePolicy(std::string_view name, const PolicyConfig& config,
-                        const UseSchedule* future = nullptr);
+                        const UseSchedule* future = nullptr, const ReplayContext* replay = nullptr);
 
 }  // namespace delta::policy

@@ -4,9 +4,11 @@
 #include <fmt/core.h>
 
 #include <cstdio>
+#include <limits>
 #include <optional>
 
 #include "policy/delta_policy.h"
+#include "policy/oracle_policy.h"
 #include "policy/policy_factory.h"
 #include "policy/simulator.h"
 #include "tools/cli_args.h"
@@ -31,7 +33,8 @@ constexpr std::string_view kSimHelp =
     "                    with it (ops missing from it fall back to the cost model)\n"
     "  --gpu NAME        the cost model's GPU: v100-16gb, a100-40gb (default), h100-80gb, h200\n"
     "Budgets are bytes (123456, 512M, 4GiB, 6GB) or a percentage of the workload's peak with\n"
-    "unlimited memory (30%). Policies: delta, lru, dtr, swap-only, recompute-only, belady.\n"
+    "unlimited memory (30%). Policies: delta, lru, dtr, swap-only, recompute-only, belady, oracle\n"
+    "(belady and oracle know the future: replay only; docs/policy.md).\n"
     "Traces: DELTA traces (libdelta.so), DTR op logs, PyTorch Execution Traces (gzip or plain),\n"
     "recognised by content.\n";
 
@@ -89,7 +92,7 @@ std::string loadOptions(const CliArgs& a, LoadOptions& o) {
 }
 
 std::string checkPolicy(const std::string& name) {
-  for (std::string_view n : policy::policyNames()) {
+  for (std::string_view n : policy::replayPolicyNames()) {
     if (n == name) return {};
   }
   return policy::makePolicy(name, {}).error;
@@ -98,6 +101,18 @@ std::string checkPolicy(const std::string& name) {
 // What delta (or a variant) planned (Plan::name), "" for other policies or when it did not
 // plan. `detailed` adds the predicted iteration time of every candidate replayed.
 std::string planText(const policy::Policy& policy, bool detailed) {
+  if (const auto* oracle = dynamic_cast<const policy::OraclePolicy*>(&policy)) {
+    if (!detailed) return oracle->planName();
+    std::string all;
+    for (const policy::OraclePolicy::Candidate& c : oracle->candidates()) {
+      if (!all.empty()) all += ", ";
+      all += c.rule.name() + " " +
+             (c.result.gave_up ? std::string("cut")
+                               : fmt::format("{:.2f} %{}", c.result.overhead_pct,
+                                             c.result.over_budget_ops ? fmt::format(" ({} over)", c.result.over_budget_ops) : ""));
+    }
+    return oracle->planName() + " (candidates: " + all + ")";
+  }
   const auto* delta = dynamic_cast<const policy::DeltaPolicy*>(&policy);
   if (delta == nullptr || !delta->plan().planned) return {};
   const policy::Plan& plan = delta->plan();
@@ -115,11 +130,20 @@ struct Replayed {
 Replayed simulate(const Workload& w, const std::string& policy_name, const SimOptions& o,
                   bool detailed_plan = false) {
   const policy::UseSchedule future = w.schedule();
-  policy::PolicyResult p = policy::makePolicy(policy_name, policy::policyConfigFor(w, o), &future);
+  const policy::ReplayContext context{&w, o};
+  policy::PolicyResult p = policy::makePolicy(policy_name, policy::policyConfigFor(w, o), &future, &context);
   policy::Simulator sim(w, o);
   Replayed r{sim.run(*p.policy), {}};
   r.plan = planText(*p.policy, detailed_plan);
   return r;
+}
+
+// A policy's overhead over the oracle's: 1 for the oracle itself and when both are 0, infinite
+// when only the oracle's is 0.
+double regretOf(double overhead_pct, double oracle_pct) {
+  constexpr double kZero = 1e-9;
+  if (oracle_pct < kZero) return overhead_pct < kZero ? 1.0 : std::numeric_limits<double>::infinity();
+  return overhead_pct / oracle_pct;
 }
 
 std::string gib(std::uint64_t bytes) { return fmt::format("{:.3f}", static_cast<double>(bytes) / (1u << 30)); }
@@ -224,21 +248,24 @@ int sweepCommand(const std::vector<std::string>& args) {
     fmt::print(
         "usage: delta-trace sweep --policies P1,P2,... --budgets 30%,50%,70% [--csv] FILE...\n"
         "Replays every FILE under every policy and budget; prints a table, or CSV with --csv.\n"
-        "  --policies LIST   policy names (default: delta,lru,dtr,swap-only,belady)\n"
+        "  --policies LIST   policy names (default: delta,lru,dtr,swap-only,belady,oracle)\n"
         "  --budgets LIST    budgets (default: 30%,50%,70%)\n"
         "  --csv             CSV: trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,\n"
         "                    h2d_bytes,d2h_bytes,recompute_ns,stall_ns,over_budget_ops,swaps,\n"
         "                    drops,prefetches,plan (what delta or its variant planned: the\n"
         "                    mode, /net for the net window, /on-demand for no room made\n"
         "                    ahead, /fresh when replayed from a fresh start in that mode;\n"
-        "                    empty when it did not plan)\n"
+        "                    empty when it did not plan; oracle: the rule it kept), regret\n"
+        "                    (the overhead over oracle's on the same trace and budget: 1 for\n"
+        "                    oracle; inf when only oracle's is 0; over-budget rows are not\n"
+        "                    comparable)\n"
         "{}",
         kSimHelp);
     return 0;
   }
   SimOptions o;
   if (std::string err = simOptions(a, o); !err.empty()) return usage(cmd, err);
-  const std::vector<std::string> policies = splitList(a.value("policies").value_or("delta,lru,dtr,swap-only,belady"));
+  const std::vector<std::string> policies = splitList(a.value("policies").value_or("delta,lru,dtr,swap-only,belady,oracle"));
   for (const std::string& p : policies) {
     if (std::string err = checkPolicy(p); !err.empty()) return usage(cmd, err);
   }
@@ -264,27 +291,31 @@ int sweepCommand(const std::vector<std::string>& args) {
   const bool csv = a.has("csv");
   if (csv) {
     fmt::print("trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,h2d_bytes,d2h_bytes,"
-               "recompute_ns,stall_ns,over_budget_ops,swaps,drops,prefetches,plan\n");
+               "recompute_ns,stall_ns,over_budget_ops,swaps,drops,prefetches,plan,regret\n");
   } else {
-    fmt::print("{:<28} {:<15} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>6}\n", "trace", "policy",
+    fmt::print("{:<28} {:<15} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>6} {:>7}\n", "trace", "policy",
                "budget", "budget_GiB", "peak_GiB", "overhead%", "h2d_GiB", "d2h_GiB", "recompute_ms", "stall_ms",
-               "over");
+               "over", "regret");
   }
   for (const Loaded& f : files) {
     for (const Budget& b : budgets) {
+      o.budget_bytes = b.bytesFor(f.peak);
+      // Every row's regret is against the oracle's overhead on the same trace and budget.
+      const Replayed oracle = simulate(f.workload, "oracle", o);
       for (const std::string& p : policies) {
-        o.budget_bytes = b.bytesFor(f.peak);
-        const Replayed replayed = simulate(f.workload, p, o);
+        const Replayed replayed = p == "oracle" ? oracle : simulate(f.workload, p, o);
         const SimResult& r = replayed.result;
+        const double regret = regretOf(r.overhead_pct, oracle.result.overhead_pct);
         const std::string name = baseName(f.path);
         if (csv) {
-          fmt::print("{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{}\n", name, p, b.text, r.budget_bytes,
+          fmt::print("{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{},{:.3f}\n", name, p, b.text, r.budget_bytes,
                      r.peak_bytes, r.overhead_pct, r.h2d_bytes, r.d2h_bytes, r.recompute_ns, r.stall_ns,
-                     r.over_budget_ops, r.swaps, r.drops, r.prefetches, replayed.plan);
+                     r.over_budget_ops, r.swaps, r.drops, r.prefetches, replayed.plan, regret);
         } else {
-          fmt::print("{:<28} {:<15} {:>6} {:>10} {:>10} {:>10.2f} {:>10} {:>10} {:>11} {:>10} {:>6}\n",
+          fmt::print("{:<28} {:<15} {:>6} {:>10} {:>10} {:>10.2f} {:>10} {:>10} {:>11} {:>10} {:>6} {:>6.2f}x\n",
                      name.substr(0, 28), p, b.text, gib(r.budget_bytes), gib(r.peak_bytes), r.overhead_pct,
-                     gib(r.h2d_bytes), gib(r.d2h_bytes), ms(r.recompute_ns), ms(r.stall_ns), r.over_budget_ops);
+                     gib(r.h2d_bytes), gib(r.d2h_bytes), ms(r.recompute_ns), ms(r.stall_ns), r.over_budget_ops,
+                     regret);
         }
         std::fflush(stdout);
       }

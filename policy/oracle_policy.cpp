@@ -1,0 +1,200 @@
+// The oracle bound: see oracle_policy.h.
+#include "policy/oracle_policy.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace delta::policy {
+
+namespace {
+// A swap fully hidden behind compute still loads the links that later copies queue on: it is
+// charged this share of its two transfers, so that among free choices the cheaper ones go first.
+constexpr double kLinkLoad = 0.05;
+// Every action costs at least this (keeps scores finite and comparable).
+constexpr double kCostFloorNs = 1000.0;
+// How many levels of evicted inputs a recompute's price follows.
+constexpr int kRecomputeDepth = 3;
+constexpr double kNever = std::numeric_limits<double>::max();
+}  // namespace
+
+std::string OracleRule::name() const {
+  std::string s = actions == Actions::kMixed       ? "mixed"
+                  : actions == Actions::kSwapOnly  ? "swap-only"
+                  : actions == Actions::kDropFirst ? "drop-first"
+                                                   : "drop-only";
+  s += rank == Rank::kCost ? "/cost" : "/farthest";
+  s += window == Prefetcher::Window::kGross ? "/gross" : window == Prefetcher::Window::kNet ? "/net" : "/on-demand";
+  return s;
+}
+
+std::vector<OracleRule> oracleRules() {
+  std::vector<OracleRule> rules;
+  for (auto actions : {OracleRule::Actions::kMixed, OracleRule::Actions::kDropFirst, OracleRule::Actions::kDropOnly,
+                       OracleRule::Actions::kSwapOnly}) {
+    for (auto rank : {OracleRule::Rank::kCost, OracleRule::Rank::kFarthest}) {
+      for (auto window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet, Prefetcher::Window::kNone}) {
+        rules.push_back({actions, rank, window});
+      }
+    }
+  }
+  return rules;
+}
+
+OracleRulePolicy::OracleRulePolicy(const PolicyConfig& config, const Workload& workload, OracleRule rule)
+    : Policy(config),
+      workload_(workload),
+      free_op_(workload.buffers.size(), UseSchedule::kNoPos),
+      future_(workload.schedule()),
+      rule_(rule) {
+  for (std::uint32_t i = 0; i < workload.ops.size(); ++i) {
+    for (BufferId b : workload.ops[i].frees) free_op_[b] = i;
+  }
+}
+
+std::uint64_t OracleRulePolicy::heldBytes(BufferId id) const {
+  const std::int32_t producer = id < workload_.buffers.size() ? workload_.buffers[id].producer : -1;
+  if (producer < 0) return 0;
+  const std::uint32_t next = future_.nextUsePos(id, position_);
+  std::uint64_t held = 0;
+  for (BufferId in : workload_.ops[static_cast<std::size_t>(producer)].reads) {
+    const std::uint32_t freed = free_op_[in];
+    if (freed == UseSchedule::kNoPos || freed < position_) continue;
+    if (next == UseSchedule::kNoPos || next < position_ || freed < next) held += workload_.buffers[in].bytes;
+  }
+  return held;
+}
+
+void OracleRulePolicy::onLaunch(const Launch& launch) {
+  ++position_;  // first: the launch's buffers are ranked by their use after this one
+  Policy::onLaunch(launch);
+}
+
+void OracleRulePolicy::onIteration(std::int64_t) {
+  position_ = 0;
+  reindexAll();
+}
+
+double OracleRulePolicy::rankKey(BufferId id, const BufferState& state) const {
+  const std::int64_t next_use = future_.nextUseNs(id, position_);
+  if (next_use == kUnknownNs) return kNever;
+  return static_cast<double>(state.last_use_ns + next_use);  // absolute: farthest first
+}
+
+double OracleRulePolicy::recomputeNs(BufferId id, int depth) const {
+  double ns = static_cast<double>(std::max<std::int64_t>(0, table_[id].recompute_ns));
+  const std::int32_t producer = id < workload_.buffers.size() ? workload_.buffers[id].producer : -1;
+  if (producer < 0) return ns;
+  for (BufferId in : workload_.ops[static_cast<std::size_t>(producer)].reads) {
+    if (!table_.valid(in)) continue;
+    const BufferState& s = table_[in];
+    if (s.residency != Residency::kEvicted) continue;
+    if (s.evicted_by == Action::kRecompute && s.recompute_ns != kUnknownNs) {
+      ns += depth > 0 ? recomputeNs(in, depth - 1) : static_cast<double>(s.recompute_ns);
+    } else {
+      ns += static_cast<double>(costs_.transferNs(Direction::kHostToDevice, s.bytes));
+    }
+  }
+  return ns;
+}
+
+Policy::Rating OracleRulePolicy::rate(BufferId id, const BufferState& state, const EvictRequest& request) const {
+  const UseSchedule::NextUse next = future_.nextUse(id, position_);
+  const bool known = next.ns != kUnknownNs;
+  const bool reused = known && next.reused;
+  if (reused && request.not_before_ns > 0 && next.ns <= request.not_before_ns) return {};
+  const bool can_drop = state.recompute_ns != kUnknownNs;
+
+  // Drop: the recompute at the next use (nothing if it is freed first).
+  const double drop = !can_drop ? kNever : reused ? recomputeNs(id, kRecomputeDepth) : 0.0;
+  // Swap: the wait for the copy out when the memory is needed now (or beyond the window when
+  // asked ahead), and the part of the copy back that cannot end before the next use.
+  const auto now = static_cast<double>(request.now_ns);
+  const auto out_ns = static_cast<double>(costs_.transferNs(Direction::kDeviceToHost, state.bytes));
+  const auto in_ns = static_cast<double>(costs_.transferNs(Direction::kHostToDevice, state.bytes));
+  const double out_end = std::max(now, static_cast<double>(request.d2h_busy_until_ns)) + out_ns;
+  const double needed_at = request.urgent ? now : now + static_cast<double>(request.not_before_ns);
+  double swap = std::max(0.0, out_end - needed_at) + kLinkLoad * out_ns;
+  if (reused) {
+    const double in_end = std::max(out_end, static_cast<double>(request.h2d_busy_until_ns)) + in_ns;
+    swap += std::max(0.0, in_end - (now + static_cast<double>(next.ns))) + kLinkLoad * in_ns;
+  }
+
+  Action action = Action::kSwap;
+  double cost = swap;
+  switch (rule_.actions) {
+    case OracleRule::Actions::kMixed:
+      if (drop <= swap) {
+        action = Action::kRecompute;
+        cost = drop;
+      }
+      break;
+    case OracleRule::Actions::kDropFirst:
+      if (can_drop) {
+        action = Action::kRecompute;
+        cost = drop;
+      }
+      break;
+    case OracleRule::Actions::kDropOnly:
+      if (can_drop) {
+        action = Action::kRecompute;
+        cost = drop;
+      } else {
+        cost = kNever;  // last resort: scored below every drop
+      }
+      break;
+    case OracleRule::Actions::kSwapOnly:
+      break;
+  }
+  if (cost == kNever) return {std::numeric_limits<double>::min(), action, true};
+  if (!known) return {kNever, action, true};
+  const double distance = static_cast<double>(std::max<std::int64_t>(1, next.ns));
+  if (rule_.rank == OracleRule::Rank::kFarthest) return {reused ? distance : kNever, action, true};
+  // What a drop frees is less what it keeps alive for its recompute.
+  double bytes = static_cast<double>(state.bytes);
+  if (action == Action::kRecompute && reused) {
+    bytes = std::max(bytes / 16, bytes - static_cast<double>(heldBytes(id)));
+  }
+  return {bytes * distance / (cost + kCostFloorNs), action, true};
+}
+
+std::size_t OracleRulePolicy::choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out) {
+  return Prefetcher::choose(future_, position_, table_, costs_, request, out);
+}
+
+std::uint64_t OracleRulePolicy::upcomingBytes(std::int64_t, std::int64_t& horizon_ns) const {
+  return Prefetcher::upcomingBytes(future_, position_, table_, costs_, horizon_ns, rule_.window);
+}
+
+OraclePolicy::OraclePolicy(const PolicyConfig& config, const Workload& workload, const SimOptions& options)
+    : OraclePolicy(config, workload, search(config, workload, options)) {}
+
+OraclePolicy::OraclePolicy(const PolicyConfig& config, const Workload& workload, Search found)
+    : OracleRulePolicy(config, workload, found.best), candidates_(std::move(found.candidates)) {}
+
+OraclePolicy::Search OraclePolicy::search(const PolicyConfig& config, const Workload& workload,
+                                          const SimOptions& options) {
+  // A candidate whose run (warm-up included) takes over this many times the best complete run
+  // so far cannot win: it is cut short, which bounds the search's time.
+  constexpr std::int64_t kGiveUpFactor = 2;
+  Search s;
+  const SimResult* best = nullptr;
+  std::size_t best_index = 0;
+  for (const OracleRule& rule : oracleRules()) {
+    SimOptions o = options;
+    if (best != nullptr && best->over_budget_ops == 0) o.give_up_after_ns = kGiveUpFactor * best->run_ns;
+    OracleRulePolicy candidate(config, workload, rule);
+    Simulator sim(workload, o);
+    s.candidates.push_back({rule, sim.run(candidate)});
+    const SimResult& r = s.candidates.back().result;
+    best = best == nullptr ? nullptr : &s.candidates[best_index].result;  // the vector may have grown
+    const bool better = best == nullptr || (!r.gave_up && (r.over_budget_ops < best->over_budget_ops ||
+                                                           (r.over_budget_ops == best->over_budget_ops &&
+                                                            r.total_ns < best->total_ns)));
+    if (better) best_index = s.candidates.size() - 1;
+    best = &s.candidates[best_index].result;
+  }
+  s.best = s.candidates[best_index].rule;
+  return s;
+}
+
+}  // namespace delta::policy

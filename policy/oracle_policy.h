@@ -1,0 +1,110 @@
+// The `oracle` bound, for the simulator only. It is handed the whole workload (every use, every
+// producer and recompute cost) and the replay's options, and at each eviction chooses victims
+// and swap or drop for each by what each would cost from here on, knowing when the buffer is
+// next used, when the copy engines free up, and what its recompute would need (its producer's
+// time plus whatever of the producer's inputs is evicted at that moment: restored, or
+// recomputed in turn).
+//
+// One rule (OracleRule) fixes how costs are weighed; no single weighing is best on every
+// workload and link, so `oracle` replays a fixed set of rules through the simulator before the
+// run and keeps the one with the fewest ops over budget, then the shortest time. Every rule is
+// future-aware and computed here; none is another policy's output (docs/policy.md, *oracle*).
+// It is a heuristic upper bound on the best plan, checked against an exact lower bound on small
+// workloads (tests/policy/oracle_test.cpp, tools/exact_bound.h).
+//
+// Offline: the constructor replays the workload (milliseconds to seconds); the calls after it
+// follow the hot-path contract of policy.h.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "policy/policy.h"
+#include "policy/prefetcher.h"
+#include "policy/simulator.h"
+#include "policy/use_schedule.h"
+#include "policy/workload.h"
+
+namespace delta::policy {
+
+// How one candidate plan weighs its choices.
+struct OracleRule {
+  enum class Actions : std::uint8_t {
+    kMixed,      // per victim the cheaper of swap and drop
+    kSwapOnly,   // always swap
+    kDropFirst,  // drop what a recompute can regenerate, swap the rest
+    kDropOnly,   // drop what a recompute can regenerate; swap only when that does not suffice
+  };
+  enum class Rank : std::uint8_t {
+    kFarthest,  // farthest next use first (Belady's order), whatever it costs
+    kCost,      // most bytes x time-until-next-use per ns the action costs
+  };
+  Actions actions = Actions::kMixed;
+  Rank rank = Rank::kCost;
+  Prefetcher::Window window = Prefetcher::Window::kGross;  // room made ahead (prefetcher.h)
+
+  std::string name() const;  // e.g. "mixed/cost/net"
+};
+
+// The rules `oracle` replays, in order (ties go to the first).
+std::vector<OracleRule> oracleRules();
+
+// One rule, applied with the future: the candidate plans `oracle` chooses among.
+class OracleRulePolicy : public Policy {
+ public:
+  // `workload` must outlive the policy; `future` is workload.schedule().
+  OracleRulePolicy(const PolicyConfig& config, const Workload& workload, OracleRule rule);
+
+  std::string_view name() const override { return "oracle"; }
+  void onLaunch(const Launch& launch) override;
+  void onIteration(std::int64_t now_ns) override;
+  std::size_t choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out) override;
+  std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& horizon_ns) const override;
+
+  const OracleRule& rule() const { return rule_; }
+
+ protected:
+  Rating rate(BufferId id, const BufferState& state, const EvictRequest& request) const override;
+  double rankKey(BufferId id, const BufferState& state) const override;
+
+ private:
+  // Time a recompute of `id` would take now: its producer's time plus the producer's evicted
+  // inputs (restored: their transfer; dropped: their own recompute, `depth` levels down).
+  double recomputeNs(BufferId id, int depth) const;
+  // Bytes a drop of `id` keeps alive: its producer's inputs that the program frees before the
+  // next use of `id` (the simulator holds them for the recompute).
+  std::uint64_t heldBytes(BufferId id) const;
+
+  const Workload& workload_;
+  std::vector<std::uint32_t> free_op_;  // per buffer: the op after which it is freed (or kNoPos)
+  UseSchedule future_;
+  OracleRule rule_;
+  std::uint32_t position_ = 0;
+};
+
+// `oracle`: replays every rule of oracleRules() on `workload` under `options`, then runs as the
+// best one (the outer replay with the same options reproduces that candidate's run exactly).
+class OraclePolicy : public OracleRulePolicy {
+ public:
+  struct Candidate {
+    OracleRule rule;
+    SimResult result;
+  };
+  OraclePolicy(const PolicyConfig& config, const Workload& workload, const SimOptions& options);
+
+  // The rule chosen, and every candidate's replay (a candidate cut short has gave_up set).
+  const std::vector<Candidate>& candidates() const { return candidates_; }
+  std::string planName() const { return rule().name(); }
+
+ private:
+  struct Search {
+    OracleRule best;
+    std::vector<Candidate> candidates;
+  };
+  static Search search(const PolicyConfig& config, const Workload& workload, const SimOptions& options);
+  OraclePolicy(const PolicyConfig& config, const Workload& workload, Search found);
+
+  std::vector<Candidate> candidates_;
+};
+
+}  // namespace delta::policy

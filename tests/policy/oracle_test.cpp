@@ -1,0 +1,223 @@
+// The oracle policy (policy/oracle_policy.h) against the exact lower bound (tools/exact_bound.h)
+// and against every other policy, on random small workloads over several seeds and shapes:
+// - where the bound says a plan fits, the oracle stays in budget;
+// - the oracle is never faster than the bound (the bound is a lower bound of the same model);
+// - the oracle is never slower than another policy that stays in budget.
+// The gap to the bound is printed (median, 90th percentile, worst). No timing assertions.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "policy/oracle_policy.h"
+#include "policy/policy_factory.h"
+#include "policy/simulator.h"
+#include "tests/policy/workload_builder.h"
+#include "tools/exact_bound.h"
+
+namespace delta::policy {
+namespace {
+
+using testing::WorkloadBuilder;
+constexpr std::uint64_t kMiB = 1u << 20;
+
+// A training iteration with random layer sizes and times: forward ops keep their activations
+// for the backward pass, which frees them in reverse.
+Workload randomTraining(std::mt19937& rng, int layers) {
+  WorkloadBuilder b;
+  std::uniform_int_distribution<int> mib(2, 24);
+  std::uniform_int_distribution<int> us(50, 2000);
+  std::vector<BufferId> weights, acts;
+  for (int i = 0; i < layers; ++i) weights.push_back(b.persistent("w" + std::to_string(i), mib(rng) * kMiB / 4));
+  BufferId prev = b.persistent("input", static_cast<std::uint64_t>(mib(rng)) * kMiB);
+  const BufferId input = prev;
+  for (int i = 0; i < layers; ++i) {
+    prev = b.op("fwd" + std::to_string(i), us(rng) * 1000, {prev, weights[i]},
+                {static_cast<std::uint64_t>(mib(rng)) * kMiB})[0];
+    acts.push_back(prev);
+  }
+  BufferId grad = b.op("loss", us(rng) * 1000, {prev}, {static_cast<std::uint64_t>(mib(rng)) * kMiB})[0];
+  for (int i = layers - 1; i >= 0; --i) {
+    const BufferId in = i > 0 ? acts[static_cast<std::size_t>(i - 1)] : input;
+    const BufferId g = b.op("bwd" + std::to_string(i), us(rng) * 1000, {grad, in, weights[i]},
+                            {static_cast<std::uint64_t>(mib(rng)) * kMiB})[0];
+    b.free(grad);
+    b.free(acts[static_cast<std::size_t>(i)]);
+    grad = g;
+  }
+  b.op("step", us(rng) * 100, {grad}, {}, {weights[0]});
+  b.free(grad);
+  return b.take();
+}
+
+// A random graph: each op reads up to three live buffers, makes up to two (some without a
+// hook), sometimes writes one in place; buffers are freed after their last use.
+Workload randomGraph(std::mt19937& rng, int ops) {
+  std::uniform_int_distribution<int> mib(1, 32);
+  std::uniform_int_distribution<int> us(20, 3000);
+  std::uniform_int_distribution<int> percent(0, 99);
+  Workload w;
+  auto add = [&](bool persistent, std::int32_t producer, std::int64_t cost) {
+    w.buffers.push_back({"b" + std::to_string(w.buffers.size()), static_cast<std::uint64_t>(mib(rng)) * kMiB,
+                         persistent, producer, cost});
+    return static_cast<BufferId>(w.buffers.size() - 1);
+  };
+  std::vector<BufferId> live;
+  for (int i = 0; i < 2; ++i) live.push_back(add(true, -1, kUnknownNs));
+  for (int i = 0; i < ops; ++i) {
+    WorkloadOp op;
+    op.name = "op" + std::to_string(i);
+    op.compute_ns = us(rng) * 1000;
+    const int reads = 1 + percent(rng) % 3;
+    for (int r = 0; r < reads; ++r) {
+      const BufferId b = live[static_cast<std::size_t>(percent(rng)) % live.size()];
+      if (std::find(op.reads.begin(), op.reads.end(), b) == op.reads.end()) op.reads.push_back(b);
+    }
+    if (percent(rng) < 10) {
+      const BufferId b = live[static_cast<std::size_t>(percent(rng)) % live.size()];
+      if (std::find(op.reads.begin(), op.reads.end(), b) == op.reads.end()) op.writes.push_back(b);
+    }
+    const int results = i + 1 == ops ? 0 : 1 + (percent(rng) < 25);
+    for (int r = 0; r < results; ++r) {
+      const bool hook = percent(rng) < 80;
+      op.allocs.push_back(add(false, i, hook ? op.compute_ns : kUnknownNs));
+      live.push_back(op.allocs.back());
+    }
+    w.ops.push_back(std::move(op));
+  }
+  // Frees after the last use (a workload frees what it allocates within the iteration).
+  std::vector<int> last_use(w.buffers.size(), -1);
+  for (std::size_t i = 0; i < w.ops.size(); ++i) {
+    for (const auto* list : {&w.ops[i].allocs, &w.ops[i].reads, &w.ops[i].writes}) {
+      for (BufferId b : *list) last_use[b] = static_cast<int>(i);
+    }
+  }
+  for (BufferId b = 0; b < w.buffers.size(); ++b) {
+    if (!w.buffers[b].persistent) w.ops[static_cast<std::size_t>(last_use[b])].frees.push_back(b);
+  }
+  return w;
+}
+
+struct Case {
+  Workload workload;
+  SimOptions options;
+  std::string label;
+};
+
+// Seeds x shapes x budgets x links, small enough for the exact bound (tens of ops).
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (std::uint32_t seed = 1; seed <= 10; ++seed) {
+    for (int shape = 0; shape < 2; ++shape) {
+      std::mt19937 rng(seed * 7919u + static_cast<std::uint32_t>(shape));
+      Workload w = shape == 0 ? randomTraining(rng, 3 + static_cast<int>(seed % 4))
+                              : randomGraph(rng, 10 + static_cast<int>(seed % 3) * 4);
+      EXPECT_EQ(w.validate(), "") << seed << " " << shape;
+      for (double share : {0.5, 0.7, 0.9}) {
+        for (double gbps : {12.0, 50.0}) {
+          Case c{w, {}, {}};
+          c.options.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+          c.options.h2d_gbps = c.options.d2h_gbps = gbps;
+          c.options.iterations = 1;  // the bound's model: one iteration from the start
+          c.options.warmup = 0;
+          c.label = "seed " + std::to_string(seed) + (shape == 0 ? " training" : " graph") + " " +
+                    std::to_string(static_cast<int>(share * 100)) + "% " + std::to_string(static_cast<int>(gbps)) +
+                    " GB/s";
+          out.push_back(std::move(c));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+SimResult replay(const Workload& w, std::string_view name, const SimOptions& o) {
+  const UseSchedule future = w.schedule();
+  const ReplayContext context{&w, o};
+  PolicyResult p = makePolicy(name, policyConfigFor(w, o), &future, &context);
+  EXPECT_EQ(p.error, "") << name;
+  Simulator sim(w, o);
+  return sim.run(*p.policy);
+}
+
+TEST(OracleFactory, OnlyInReplay) {
+  const PolicyResult online = makePolicy("oracle", PolicyConfig{});
+  EXPECT_EQ(online.policy, nullptr);
+  EXPECT_EQ(online.error, "policy 'oracle' needs the future and is available only in replay (delta-trace)");
+  Workload w = testing::trainingWorkload(3, 4 * kMiB, 1000000);
+  const UseSchedule future = w.schedule();
+  EXPECT_EQ(makePolicy("oracle", PolicyConfig{}, &future).policy, nullptr);  // the future alone is not enough
+  SimOptions o;
+  const ReplayContext context{&w, o};
+  PolicyResult p = makePolicy("oracle", policyConfigFor(w, o), &future, &context);
+  ASSERT_NE(p.policy, nullptr);
+  EXPECT_EQ(p.policy->name(), "oracle");
+}
+
+// The outer replay reproduces the chosen candidate's run: the search is deterministic.
+TEST(Oracle, ReplaysItsBestCandidate) {
+  Workload w = testing::trainingWorkload(6, 8 * kMiB, 1000000);
+  SimOptions o;
+  o.budget_bytes = w.peakBytes() / 2;
+  const UseSchedule future = w.schedule();
+  const ReplayContext context{&w, o};
+  PolicyResult p = makePolicy("oracle", policyConfigFor(w, o), &future, &context);
+  const auto& oracle = dynamic_cast<const OraclePolicy&>(*p.policy);
+  Simulator sim(w, o);
+  const SimResult r = sim.run(*p.policy);
+  std::int64_t best = -1;
+  for (const OraclePolicy::Candidate& c : oracle.candidates()) {
+    if (c.result.gave_up || c.result.over_budget_ops > 0) continue;
+    if (best < 0 || c.result.total_ns < best) best = c.result.total_ns;
+  }
+  EXPECT_EQ(r.total_ns, best);
+  EXPECT_EQ(r.over_budget_ops, 0u);
+}
+
+TEST(Oracle, AgainstTheExactBoundAndEveryPolicy) {
+  const std::vector<std::string_view> others = {"delta", "lru", "dtr", "swap-only", "recompute-only", "belady"};
+  std::vector<double> gaps;
+  int unsolved = 0, infeasible = 0;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.label);
+    const SimResult oracle = replay(c.workload, "oracle", c.options);
+    for (std::string_view name : others) {
+      const SimResult r = replay(c.workload, name, c.options);
+      if (r.over_budget_ops > 0) continue;
+      EXPECT_EQ(oracle.over_budget_ops, 0u) << name << " keeps the budget";
+      EXPECT_LE(oracle.total_ns, r.total_ns) << name;
+    }
+    if (!tools::haveExactSolver()) continue;
+    const tools::ExactBound bound =
+        tools::exactBound(c.workload, c.options.budget_bytes, c.options.h2d_gbps, c.options.d2h_gbps);
+    if (!bound.solved) {
+      ++unsolved;
+      continue;
+    }
+    if (!bound.feasible) {
+      ++infeasible;
+      continue;
+    }
+    EXPECT_EQ(oracle.over_budget_ops, 0u) << "the bound says a plan fits";
+    // The bound is a lower bound of every in-budget run (1 ns per op of solver tolerance).
+    EXPECT_GE(static_cast<double>(oracle.total_ns), bound.lower_ns - static_cast<double>(c.workload.ops.size()))
+        << "bound " << bound.lower_ns;
+    if (oracle.over_budget_ops == 0 && bound.lower_ns > 0) {
+      gaps.push_back(static_cast<double>(oracle.total_ns) / bound.lower_ns - 1.0);
+    }
+  }
+  if (!tools::haveExactSolver()) GTEST_SKIP() << "built without CBC: the bound was not checked";
+  ASSERT_FALSE(gaps.empty());
+  std::sort(gaps.begin(), gaps.end());
+  auto at = [&](double q) { return 100.0 * gaps[static_cast<std::size_t>(q * static_cast<double>(gaps.size() - 1))]; };
+  std::printf("oracle gap to the exact bound over %zu workloads (%d unsolved, %d with no plan in budget): "
+              "median %.2f %%, p90 %.2f %%, worst %.2f %%, at 0: %td\n",
+              gaps.size(), unsolved, infeasible, at(0.5), at(0.9), at(1.0),
+              std::count_if(gaps.begin(), gaps.end(), [](double g) { return g < 1e-6; }));
+}
+
+}  // namespace
+}  // namespace delta::policy
