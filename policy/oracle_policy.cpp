@@ -24,6 +24,8 @@ std::string OracleRule::name() const {
                                                    : "drop-only";
   s += rank == Rank::kCost ? "/cost" : "/farthest";
   s += window == Prefetcher::Window::kGross ? "/gross" : window == Prefetcher::Window::kNet ? "/net" : "/on-demand";
+  if (swap_weight != 1.0) s += "/swap-x" + std::to_string(static_cast<int>(swap_weight));
+  if (!net_of_held) s += "/gross-drops";
   return s;
 }
 
@@ -33,7 +35,13 @@ std::vector<OracleRule> oracleRules() {
                        OracleRule::Actions::kSwapOnly}) {
     for (auto rank : {OracleRule::Rank::kCost, OracleRule::Rank::kFarthest}) {
       for (auto window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet, Prefetcher::Window::kNone}) {
-        rules.push_back({actions, rank, window});
+        for (double swap_weight : {1.0, 4.0}) {
+          for (bool net_of_held : {true, false}) {
+            // Pure swapping has no drop to weigh a swap against, nor drops to count net.
+            if (actions == OracleRule::Actions::kSwapOnly && (swap_weight != 1.0 || !net_of_held)) continue;
+            rules.push_back({actions, rank, window, swap_weight, net_of_held});
+          }
+        }
       }
     }
   }
@@ -114,10 +122,12 @@ Policy::Rating OracleRulePolicy::rate(BufferId id, const BufferState& state, con
   const double out_end = std::max(now, static_cast<double>(request.d2h_busy_until_ns)) + out_ns;
   const double needed_at = request.urgent ? now : now + static_cast<double>(request.not_before_ns);
   double swap = std::max(0.0, out_end - needed_at) + kLinkLoad * out_ns;
+  double restore = 0;
   if (reused) {
     const double in_end = std::max(out_end, static_cast<double>(request.h2d_busy_until_ns)) + in_ns;
-    swap += std::max(0.0, in_end - (now + static_cast<double>(next.ns))) + kLinkLoad * in_ns;
+    restore = std::max(0.0, in_end - (now + static_cast<double>(next.ns))) + kLinkLoad * in_ns;
   }
+  swap = (swap + restore) * rule_.swap_weight;
 
   Action action = Action::kSwap;
   double cost = swap;
@@ -151,7 +161,7 @@ Policy::Rating OracleRulePolicy::rate(BufferId id, const BufferState& state, con
   if (rule_.rank == OracleRule::Rank::kFarthest) return {reused ? distance : kNever, action, true};
   // What a drop frees is less what it keeps alive for its recompute.
   double bytes = static_cast<double>(state.bytes);
-  if (action == Action::kRecompute && reused) {
+  if (action == Action::kRecompute && reused && rule_.net_of_held) {
     bytes = std::max(bytes / 16, bytes - static_cast<double>(heldBytes(id)));
   }
   return {bytes * distance / (cost + kCostFloorNs), action, true};

@@ -42,6 +42,11 @@ struct OracleRule {
   Actions actions = Actions::kMixed;
   Rank rank = Rank::kCost;
   Prefetcher::Window window = Prefetcher::Window::kGross;  // room made ahead (prefetcher.h)
+  // A swap's price times this: > 1 where restores cannot start as soon as the copy out ends
+  // (they wait for free memory), so a swap that looks hidden is not.
+  double swap_weight = 1.0;
+  // Whether a drop's freed bytes are counted net of the inputs its recompute keeps alive.
+  bool net_of_held = true;
 
   std::string name() const;  // e.g. "mixed/cost/net"
 };
