@@ -29,7 +29,7 @@ printf '\037\213garbage' >"$tmp/bad.gz"
 
 expect 2 "unknown command 'frobnicate'" frobnicate
 expect 2 "unknown option '--bogus'" replay --bogus --policy delta --budget 50% "$fx"
-expect 2 "unknown policy 'fifo' (accepted: delta, lru, dtr, swap-only, recompute-only, belady)" replay --policy fifo --budget 50% "$fx"
+expect 2 "unknown policy 'fifo' (accepted: delta, lru, dtr, swap-only, recompute-only, belady, oracle)" replay --policy fifo --budget 50% "$fx"
 expect 2 "--policy is required" replay --budget 50% "$fx"
 expect 2 "--budget is required" replay --policy delta "$fx"
 expect 2 "bad --budget '12Q'" replay --policy delta --budget 12Q "$fx"
@@ -66,10 +66,23 @@ grep -Eq '^plan +(mixed|swap-only|recompute-only)(/net|/on-demand)?(/fresh)? \(p
 "$bin" replay --policy lru --budget 70% "$fx" >"$tmp/out" 2>&1 && ! grep -q '^plan' "$tmp/out" ||
   { echo "FAIL: lru replay shows a plan" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 "$bin" sweep --csv --policies delta,belady --budgets 50%,20000 "$fx" >"$tmp/out" 2>&1 &&
-  head -1 "$tmp/out" | grep -q '^trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,h2d_bytes,d2h_bytes,recompute_ns,stall_ns,over_budget_ops,.*,plan$' &&
-  grep -Eq '^tiny_dtr.log,delta,50%,.*,(mixed|swap-only|recompute-only)(/net|/on-demand)?(/fresh)?$' "$tmp/out" &&
-  grep -q '^tiny_dtr.log,belady,50%,.*,$' "$tmp/out" &&
+  head -1 "$tmp/out" | grep -q '^trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,h2d_bytes,d2h_bytes,recompute_ns,stall_ns,over_budget_ops,swaps,drops,prefetches,plan,regret$' &&
+  grep -Eq '^tiny_dtr.log,delta,50%,.*,(mixed|swap-only|recompute-only)(/net|/on-demand)?(/fresh)?,([0-9]+\.[0-9]{3}|inf)$' "$tmp/out" &&
+  grep -Eq '^tiny_dtr.log,belady,50%,.*,,([0-9]+\.[0-9]{3}|inf)$' "$tmp/out" &&
   [ "$(wc -l <"$tmp/out")" = 5 ] || { echo "FAIL: sweep --csv" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
+# The regret column: each policy's overhead over the oracle's on the same trace and budget (the
+# oracle's own row 1.000, and its plan the rule it kept); the table has it as the last column.
+"$bin" sweep --csv --policies oracle,lru --budgets 50% "$fx" >"$tmp/out" 2>&1 &&
+  grep -Eq '^tiny_dtr.log,oracle,50%,.*,(mixed|swap-only|drop-first|drop-only)/(cost|farthest)/[a-z/0-9-]+,1\.000$' "$tmp/out" &&
+  grep -Eq '^tiny_dtr.log,lru,50%,.*,,([0-9]+\.[0-9]{3}|inf)$' "$tmp/out" ||
+  { echo "FAIL: sweep --csv regret" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
+"$bin" sweep --policies oracle --budgets 50% "$fx" >"$tmp/out" 2>&1 &&
+  head -1 "$tmp/out" | grep -Eq ' over +regret$' &&
+  grep -Eq '^tiny_dtr.log +oracle +50% .* 1\.00x$' "$tmp/out" ||
+  { echo "FAIL: sweep regret column" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
+"$bin" replay --policy oracle --budget 50% "$fx" >"$tmp/out" 2>&1 &&
+  grep -Eq '^plan +[a-z-]+/(cost|farthest)/.* \(candidates: mixed/cost/gross [0-9.]+ %' "$tmp/out" ||
+  { echo "FAIL: oracle replay shows no plan" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 "$bin" replay --policy lru --budget 100% --iterations 2 --gpu v100-16gb "$et" >"$tmp/out" 2>"$tmp/err" &&
   grep -q '^ops  *6 per iteration, 6 buffers' "$tmp/out" &&
   grep -q 'durations from the cost model for v100-16gb' "$tmp/err" &&

@@ -109,7 +109,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(PolicyFactory, UnknownNameListsAccepted) {
   const PolicyResult r = makePolicy("fifo", PolicyConfig{});
   EXPECT_EQ(r.policy, nullptr);
-  EXPECT_EQ(r.error, "unknown policy 'fifo' (accepted: delta, lru, dtr, swap-only, recompute-only, belady)");
+  EXPECT_EQ(r.error, "unknown policy 'fifo' (accepted: delta, lru, dtr, swap-only, recompute-only, belady, oracle)");
 }
 
 TEST(PolicyFactory, BeladyOnlyWithTheFuture) {
