@@ -116,6 +116,15 @@ CUresult Residency::exportBuffer(CUdeviceptr address, CUdeviceptr* base, uint64_
     *fd = buffer.exportFd;
     return CUDA_SUCCESS;
   }
+  if (buffer.registrations > 0) {
+    // Exporting needs exportable physical memory under the buffer, hence new memory; NCCL and
+    // its peers keep using what they registered. Exporting first, then registering, works.
+    logLine("cannot share the buffer at 0x%llx with another process while it is registered "
+            "with NCCL (ncclCommRegister): sharing it would put new physical memory under "
+            "NCCL's registration; export it before registering it",
+            (unsigned long long)buffer.address);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
   if (buffer.state == State::kDropped || buffer.regenerating) {
     logLine("cannot share the buffer at 0x%llx with another process while its contents are "
             "dropped for recompute; use it (or unregister it) before exporting it",

@@ -146,6 +146,9 @@ TEST(AllocPathsEndToEnd, RegisteredNcclBuffersAreNeverEvictedWhileRegistered) {
     expectNoFault(shimmed);
     EXPECT_EQ(shimmed.stat("nccl_registrations"), 4u);
     EXPECT_EQ(shimmed.stat("nccl_pinned_buffers"), 4u);
+    // Sharing a registered buffer through IPC would re-back it under NCCL: refused, one line.
+    EXPECT_NE(shimmed.value("ipc_while_registered"), "cudaSuccess");
+    EXPECT_NE(shimmed.err.find("while it is registered with NCCL"), std::string::npos) << shimmed.err;
     EXPECT_GT(shimmed.stat("evictions"), 0u);  // the others went, as the budget needs
     EXPECT_EQ(shimmed.stat("over_budget_launches"), 0u);
     EXPECT_LE(shimmed.stat("peak_resident_bytes"), shimmed.stat("budget_bytes"));

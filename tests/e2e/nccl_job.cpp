@@ -8,7 +8,10 @@
 // `nccl-job register`: the buffers are registered with ncclCommRegister first and stay
 // registered through every collective and the pressure between them, then are deregistered.
 // Registered buffers must keep their physical memory (the fake NCCL checks it): a shim that
-// evicted them while registered makes the collective or the deregistration fail.
+// evicted them while registered makes the collective or the deregistration fail. The job also
+// asks for a CUDA IPC handle of a registered buffer and prints `ipc_while_registered: ERROR`
+// (the runtime's error name; under the shim the export is refused rather than re-backing the
+// buffer under NCCL).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -78,6 +81,12 @@ int main(int argc, char** argv) {
       CHECK_NCCL(ncclCommRegister(comm, b, kBytes, &handle));
       handles.push_back(handle);
     }
+  if (registered) {
+    cudaIpcMemHandle_t ipc;
+    const cudaError_t shared = cudaIpcGetMemHandle(&ipc, send);
+    std::printf("ipc_while_registered: %s\n", cudaGetErrorName(shared));
+    cudaGetLastError();  // a refusal is an answer, not a sticky error
+  }
   touch(others, stream, 1);  // the collective's buffers go cold: evicted under a tight budget
   CHECK(cudaStreamSynchronize(stream));
 

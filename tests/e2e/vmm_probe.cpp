@@ -333,12 +333,47 @@ void copiesAndAccess() {
   CHECK_CU(cuMemAddressFree(s.base, s.reserved));
 }
 
+// Calls the driver refuses, and memory the shim does not stand in for (another ordinal's, the
+// host's): each answer printed (`answer_<call>: CUresult`), to be the same with the shim as
+// without it.
+void badInputPassesThrough() {
+  auto answer = [](const char* call, CUresult result) {
+    std::printf("answer_%s: %d\n", call, static_cast<int>(result));
+  };
+  CUmemAllocationProp prop = deviceProp(false);
+  CUmemGenericAllocationHandle handle = 0;
+  answer("create_unaligned", cuMemCreate(&handle, kChunk + 4096, &prop, 0));
+  answer("create_flags", cuMemCreate(&handle, kChunk, &prop, 1));
+  prop.location.id = 7;
+  answer("create_no_such_device", cuMemCreate(&handle, kChunk, &prop, 0));
+  prop = deviceProp(false);
+  prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  answer("create_host", cuMemCreate(&handle, kChunk, &prop, 0));
+  answer("release_bogus", cuMemRelease(0x1234));
+  CUdeviceptr base = 0;
+  CHECK_CU(cuMemAddressReserve(&base, 4 * kChunk, 0, 0, 0));
+  answer("map_bogus", cuMemMap(base, kChunk, 0, 0x1234, 0));
+  answer("unmap_unmapped", cuMemUnmap(base, kChunk));
+  prop = deviceProp(false);
+  CHECK_CU(cuMemCreate(&handle, kChunk, &prop, 0));
+  answer("map_past_handle", cuMemMap(base, 2 * kChunk, 0, handle, 0));
+  answer("map_flags", cuMemMap(base, kChunk, 0, handle, 1));
+  answer("map", cuMemMap(base, kChunk, 0, handle, 0));
+  answer("map_again_same_place", cuMemMap(base, kChunk, 0, handle, 0));
+  answer("unmap_part", cuMemUnmap(base, kChunk / 2));
+  answer("unmap_beyond", cuMemUnmap(base, 2 * kChunk));
+  answer("unmap", cuMemUnmap(base, kChunk));
+  answer("release", cuMemRelease(handle));
+  answer("release_again", cuMemRelease(handle));
+  CHECK_CU(cuMemAddressFree(base, 4 * kChunk));
+}
+
 const std::map<std::string, std::function<void()>>& scenarios() {
   static const std::map<std::string, std::function<void()>> all = {
       {"evicted-unmap-remap", evictedUnmapRemap},   {"release-while-mapped", releaseWhileMapped},
       {"export-pins", exportPins},                  {"retain-and-properties", retainAndProperties},
       {"straddling-blocks", straddlingBlocks},      {"second-mapping-pins", secondMappingPins},
-      {"copies-and-access", copiesAndAccess},
+      {"copies-and-access", copiesAndAccess},       {"bad-input", badInputPassesThrough},
   };
   return all;
 }
