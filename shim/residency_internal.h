@@ -23,6 +23,9 @@ void queueDropNotice(CUdeviceptr address, size_t bytes);
 // Managed buffers at most (heldCounts_ is sized for it once, not to move under releaseHeld).
 constexpr uint32_t kMaxBuffers = 1u << 18;
 
+// Victims asked of the policy at a time.
+constexpr size_t kVictimBatch = 64;
+
 inline uint64_t roundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
 
 }  // namespace delta::shim::detail
