@@ -116,6 +116,26 @@ TEST(SegmentsEndToEnd, EverythingInSegmentsIsPagedMappingByMapping) {
   }
 }
 
+// Large segments grow 20 MiB at a time, as PyTorch's do for large blocks: a mapping holds many
+// activations, and is paged whole.
+TEST(SegmentsEndToEnd, TwentyMiBChunksArePagedWhole) {
+  const std::vector<std::string> layout = {"--chunk", "20M", "--activation", "1536K"};
+  const Outcome reference = plain(5, layout);
+  ASSERT_EQ(reference.status, 0) << reference.err;
+  const unsigned long long peak = number(reference, "peak_bytes");
+  for (int percent : {40, 60}) {
+    const unsigned long long budget = peak * percent / 100;
+    SCOPED_TRACE("budget " + std::to_string(percent) + "%");
+    const Outcome shimmed = underShim(5, {"DELTA_BUDGET=" + std::to_string(budget)}, layout);
+    ASSERT_EQ(shimmed.status, 0) << shimmed.err;
+    EXPECT_EQ(shimmed.err.find("cudasim: illegal address"), std::string::npos) << shimmed.err;
+    expectSameOutput(reference, shimmed);
+    EXPECT_EQ(shimmed.stat("over_budget_launches"), 0u) << shimmed.err;
+    EXPECT_LE(shimmed.stat("peak_device_bytes"), budget);
+    EXPECT_GT(shimmed.stat("program_mappings"), 0u);
+  }
+}
+
 // Without declarations a pointer reaches to the end of its run of mappings: still bit-exact and
 // never a fault, but a kernel on the first parameter holds all of them, over a short budget
 // (counted), and with the whole segment in budget nothing moves.
