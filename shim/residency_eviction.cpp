@@ -525,7 +525,8 @@ void Residency::makeRoomAhead(int64_t now) {
   request.keep = keepIds_;
   policy::Victim victims[kVictimBatch];
   const size_t count = policy_->chooseVictims(request, victims);
-  if (count > 0 && evict(victims, count, 0)) stats_.evictionsAhead += count;
+  // Counted as they went: evict() passes over victims held by other launches meanwhile.
+  if (count > 0 && evict(victims, count, 0)) stats_.evictionsAhead += inFlight_.back().members.size();
 }
 
 CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause,
