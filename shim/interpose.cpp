@@ -44,8 +44,9 @@ void storeSlot(F& slot, void* function) {
 // cuGetProcAddress), else the driver's own, else the next definition by symbol.
 #define REAL_DRIVER(name)                                                              \
   (loadSlot(interceptedDriver().name) ? loadSlot(interceptedDriver().name)             \
-   : Shim::instance().driver().name ? Shim::instance().driver().name                   \
-                                     : nextFunction(interceptedDriver().name, #name))
+   : Shim::instance().loadedDriver() && Shim::instance().loadedDriver()->name          \
+       ? Shim::instance().loadedDriver()->name                                         \
+       : nextFunction(interceptedDriver().name, #name))
 
 // The runtime has not always made its context current on this thread when cudaMalloc is
 // the first call; the real cudaMalloc would, so do that first (cudaFree(0) is the

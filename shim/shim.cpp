@@ -54,6 +54,7 @@ Residency* Shim::activate() {
   };
   // No driver or no device: exactly what the program would see without us, so silently.
   if (!loadDriver(driver_)) return giveUp(nullptr);
+  driverLoaded_.store(true, std::memory_order_release);
   if (driver_.cuInit(0) != CUDA_SUCCESS) return giveUp(nullptr);
   CUdevice device = 0;
   size_t deviceBytes = 0;

@@ -33,6 +33,11 @@ class Shim {
   Residency* activeIfStarted() const { return residency_.load(std::memory_order_acquire); }
   bool disabled() const { return options_.disabled; }
   const DriverApi& driver() const { return driver_; }
+  // The driver's entry points once activation has fetched them (nullptr before): another thread
+  // may be filling them in meanwhile, so interposers look through this, not driver().
+  const DriverApi* loadedDriver() const {
+    return driverLoaded_.load(std::memory_order_acquire) ? &driver_ : nullptr;
+  }
   uint64_t minManagedBytes() const { return options_.minBytes; }
 
   // At exit: the summary (DELTA_VERBOSE) and the trace's closing record.
@@ -49,6 +54,7 @@ class Shim {
   DriverApi driver_;
   std::atomic<Residency*> residency_{nullptr};
   std::atomic<bool> passThrough_{false};
+  std::atomic<bool> driverLoaded_{false};
   trace::TraceWriter trace_;
 };
 
