@@ -1,12 +1,20 @@
 #include "tools/export_file.h"
 
 #include <fmt/core.h>
+#include <sys/stat.h>
 
 namespace delta::tools {
 
+std::string stagingPathFor(const std::string& output) {
+  struct stat st {};
+  if (stat(output.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return {};
+  return output + ".partial";
+}
+
 ExportFile::ExportFile(const std::string& output, bool binary)
-    : output_(output), partial_(output + ".partial"), toFile_(output != "-") {
-  out_ = toFile_ ? std::fopen(partial_.c_str(), binary ? "wb" : "w") : stdout;
+    : output_(output), partial_(stagingPathFor(output)), toFile_(output != "-") {
+  const std::string& target = partial_.empty() ? output_ : partial_;
+  out_ = toFile_ ? std::fopen(target.c_str(), binary ? "wb" : "w") : stdout;
   if (out_ == nullptr) fmt::print(stderr, "delta-trace export: cannot write {}\n", output_);
 }
 
@@ -16,7 +24,8 @@ int ExportFile::finish(const trace::TraceReader& reader) {
   out_ = nullptr;
   const bool corrupt = reader.status() != trace::ReadStatus::kEnd &&
                        reader.status() != trace::ReadStatus::kTruncated;
-  if (toFile_ && (writeFailed || corrupt || std::rename(partial_.c_str(), output_.c_str()) != 0)) {
+  if (toFile_ && !partial_.empty() &&
+      (writeFailed || corrupt || std::rename(partial_.c_str(), output_.c_str()) != 0)) {
     std::remove(partial_.c_str());
     if (!corrupt) writeFailed = true;
   }

@@ -12,6 +12,11 @@
 
 namespace delta::tools {
 
+// Where to write `output` before renaming it into place: OUT.partial, or "" to write to OUT
+// itself when it exists and is not a regular file (/dev/null, a FIFO, a terminal): renaming a
+// file over those would replace them (and, as root, /dev/null with it).
+std::string stagingPathFor(const std::string& output);
+
 class ExportFile {
  public:
   ExportFile(const std::string& output, bool binary);

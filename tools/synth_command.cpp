@@ -13,6 +13,7 @@
 
 #include "policy/dtr_log_reader.h"
 #include "tools/cli_args.h"
+#include "tools/export_file.h"
 #include "tools/gpu_cost_model.h"
 #include "tools/synth_workloads.h"
 
@@ -48,9 +49,11 @@ bool endsWith(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Writes `text` to `path` (gzip for .gz) through PATH.partial; an error message or "".
+// Writes `text` to `path` (gzip for .gz) through PATH.partial (in place when `path` is not a
+// regular file: tools/export_file.h); an error message or "".
 std::string writeFile(const std::string& path, const std::string& text) {
-  const std::string partial = path + ".partial";
+  const std::string staging = stagingPathFor(path);
+  const std::string& partial = staging.empty() ? path : staging;
   bool ok = true;
   if (endsWith(path, ".gz")) {
     gzFile gz = gzopen(partial.c_str(), "wb");
@@ -68,9 +71,9 @@ std::string writeFile(const std::string& path, const std::string& text) {
     ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
     ok = std::fclose(f) == 0 && ok;
   }
-  if (!ok || std::rename(partial.c_str(), path.c_str()) != 0) {
+  if (!ok || (!staging.empty() && std::rename(partial.c_str(), path.c_str()) != 0)) {
     const std::string why = std::strerror(errno);
-    std::remove(partial.c_str());
+    if (!staging.empty()) std::remove(partial.c_str());
     return "writing " + path + " failed: " + why;
   }
   return {};

@@ -51,6 +51,16 @@ if command -v python3 >/dev/null; then
     { echo "FAIL plot: not well-formed XML"; fail=1; }
 fi
 
+# An output that is not a regular file (a FIFO here; /dev/null alike) is written in place, never
+# replaced by a file renamed over it.
+mkfifo export.fifo
+timeout 20 cat export.fifo > from-fifo.json &
+reader=$!
+"$tool" export --chrome sample.dtrace -o export.fifo > /dev/null 2>&1 || { echo "FAIL export -o FIFO"; fail=1; }
+wait "$reader"
+[ -p export.fifo ] || { echo "FAIL export -o FIFO replaced the FIFO"; fail=1; }
+cmp -s from-fifo.json sample.json || { echo "FAIL export -o FIFO: not the export"; fail=1; }
+
 for cmd in summary export plot diff; do
   check "help_$cmd" "$tool" "$cmd" --help
   grep -q "usage: delta-trace $cmd" "help_$cmd.out" || { echo "FAIL $cmd --help"; fail=1; }

@@ -75,5 +75,15 @@ awk -v a="$(ms "$tmp/gan.log")" -v b="$(ms "$tmp/gan-h100.log")" 'BEGIN { exit !
 "$bin" sweep --csv --policies lru,dtr --budgets 50% "$tmp/tree-rnn.log" "$tmp/attention.log" >"$tmp/sweep" 2>&1 &&
   [ "$(wc -l <"$tmp/sweep")" = 5 ] || { fail "sweep over synthetic logs"; cat "$tmp/sweep" >&2; }
 
+# An output that is not a regular file (a FIFO here; /dev/null alike) is written in place, never
+# replaced by a file renamed over it.
+mkfifo "$tmp/fifo.log"
+timeout 20 cat "$tmp/fifo.log" >"$tmp/from-fifo" &
+reader=$!
+"$bin" synth --family gan --seed 1 -o "$tmp/fifo.log" 2>/dev/null || fail "synth -o FIFO"
+wait "$reader"
+[ -p "$tmp/fifo.log" ] || fail "synth -o FIFO replaced the FIFO"
+cmp -s "$tmp/from-fifo" "$tmp/gan.log" || fail "synth -o FIFO: not the log"
+
 [ "$failures" = 0 ] && echo "synth CLI: all passed"
 exit "$failures"
