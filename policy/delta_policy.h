@@ -140,6 +140,11 @@ class DeltaPolicy : public Policy {
   std::int64_t waited_since_launch_ = 0;
   std::vector<std::int64_t> owed_by_;  // per buffer: its share of owed_ns_; sized at construction
   std::int64_t owed_ns_ = 0;
+  // Per buffer: swapped out and not restored; and how many are: with none, there is nothing to
+  // prefetch, and choosePrefetches skips its walk over the launches ahead (O(1) instead of up
+  // to Prefetcher's 512 launches per call: most calls of a recompute-only plan).
+  std::vector<std::uint8_t> swapped_;
+  std::uint32_t swapped_count_ = 0;
   // Host-to-device time of the restores started over about the last iteration (an
   // exponentially decayed sum with the iteration's length as time constant), and when it was
   // last brought up to date.
