@@ -380,6 +380,40 @@ TEST(DeltaPolicy, LearnedNextUseOrdersVictims) {
   EXPECT_EQ(p.choosePrefetches({t, t + 4'000'000}, pf), 2u);
 }
 
+TEST(DeltaPolicy, AheadOfNeedNeverEvictsWhatTheNextLaunchUses) {
+  // Room made ahead with a window of 0 (upcomingBytes covered just the next launch) used to be
+  // taken from any buffer, the next launch's own included: swapped out only to be restored at
+  // once, at every launch (a Tree-LSTM's recurrent weight). Ahead of need, the buffers the next
+  // launch uses are not candidates; when memory is needed at once, they still are.
+  for (DirectorMode mode : {DirectorMode::kMixed, DirectorMode::kSwapOnly}) {
+    for (int n : {8, 20, 40}) {
+      PolicyConfig config;
+      config.max_buffers = 64;
+      DeltaPolicy p(config, mode);
+      std::int64_t t = 0;
+      for (int id = 0; id < n; ++id) p.onAlloc(static_cast<BufferId>(id), 16 * kMiB, 0);
+      runIteration(p, n, t, true);
+      runIteration(p, n, t, true);
+      p.onIteration(t);  // the next launch uses buffers 0 and 1
+      std::vector<Victim> out(static_cast<std::size_t>(n));
+      EvictRequest ahead;
+      ahead.bytes = static_cast<std::uint64_t>(n) * 16 * kMiB;
+      ahead.now_ns = t;
+      ahead.urgent = false;
+      ahead.not_before_ns = 0;
+      const std::size_t k = p.chooseVictims(ahead, out);
+      EXPECT_GT(k, 0u) << n;
+      for (std::size_t i = 0; i < k; ++i) {
+        EXPECT_NE(out[i].id, 0u) << n;
+        EXPECT_NE(out[i].id, 1u) << n;
+      }
+      EvictRequest now = ahead;
+      now.urgent = true;
+      EXPECT_EQ(p.chooseVictims(now, out), static_cast<std::size_t>(n)) << n;
+    }
+  }
+}
+
 TEST(CostModel, FollowsMeasuredCopies) {
   CostModel c(12.0, 12.0);
   EXPECT_EQ(c.transferNs(Direction::kHostToDevice, 12'000'000), 1'000'000);
