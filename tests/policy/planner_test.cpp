@@ -330,15 +330,18 @@ TEST(DeltaPlanning, ANewModeStartsWhereItsReplayedIterationStarted) {
   // switch of mode it takes the times and the measured costs of the new mode's replay; at a
   // change of window alone it keeps its own and learns the next iteration again.
   struct Case {
+    int layers;
     std::uint64_t act_bytes;
     std::int64_t fwd_ns;
     double share;
     DirectorMode mode;
     Prefetcher::Window window;
   };
-  for (const Case& c : {Case{256 * kMiB, 100'000, 0.3, DirectorMode::kRecomputeOnly, Prefetcher::Window::kGross},
-                        Case{64 * kMiB, 5'000'000, 0.5, DirectorMode::kMixed, Prefetcher::Window::kNet}}) {
-    const Workload w = trainingWorkload(8, c.act_bytes, c.fwd_ns);
+  // (8 layers of 256 MiB at 30 % went to recompute-only until evictions ahead stopped taking
+  // what the next launch uses: mixed now runs it 0.6 ms faster, and 6 layers make the case.)
+  for (const Case& c : {Case{6, 256 * kMiB, 100'000, 0.3, DirectorMode::kRecomputeOnly, Prefetcher::Window::kGross},
+                        Case{8, 64 * kMiB, 5'000'000, 0.5, DirectorMode::kMixed, Prefetcher::Window::kNet}}) {
+    const Workload w = trainingWorkload(c.layers, c.act_bytes, c.fwd_ns);
     SimOptions o;
     o.budget_bytes = static_cast<std::uint64_t>(c.share * static_cast<double>(w.peakBytes()));
     o.h2d_gbps = o.d2h_gbps = 12.0;
@@ -519,27 +522,28 @@ TEST(DeltaPlanning, APlanForAnOlderIterationSetsTheModeAndTheNewerIsAskedFor) {
 TEST(DeltaPlanning, RecomputeOnlyAsAPlanSwapsWhatDropsCannotFree) {
   // Buffers no hook regenerates (weights, the input) cannot be dropped. The variant asked for
   // runs over the budget then; delta, having planned recompute-only, swaps them when memory is
-  // needed at once, after every drop, and keeps the budget.
+  // needed at once, after every drop, and keeps the budget. (The planner chose recompute-only
+  // here until evictions ahead stopped taking what the next launch uses; mixed is now 0.2 %
+  // faster, so the plan is set as the planner's replays set it.)
   const Workload w = trainingWorkload(8, 256 * kMiB, 100'000);
   for (double share : {0.3, 0.35}) {
     const auto budget = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
     const SimResult forced = replay(w, "recompute-only", budget, 12.0, budget);
     EXPECT_GT(forced.over_budget_ops, 0u) << share;
     EXPECT_EQ(forced.swaps, 0u);
-    PolicyConfig config = configFor(w, budget, 12.0);
-    DeltaPolicy delta(config, DirectorMode::kMixed);
+    DeltaPolicy delta(configFor(w, 0, 12.0), DirectorMode::kMixed);
+    delta.switchWhenLearned(DirectorMode::kRecomputeOnly);
     SimOptions o;
     o.budget_bytes = budget;
     o.h2d_gbps = o.d2h_gbps = 12.0;
     const SimResult planned = Simulator(w, o).run(delta);
-    ASSERT_EQ(delta.activeMode(), DirectorMode::kRecomputeOnly) << share;  // the cases are chosen for this
+    ASSERT_EQ(delta.activeMode(), DirectorMode::kRecomputeOnly) << share;
     EXPECT_EQ(planned.over_budget_ops, 0u) << share;
     EXPECT_EQ(planned.used_while_evicted, 0u);
     EXPECT_GT(planned.swaps, 0u);
     EXPECT_GT(planned.drops, planned.swaps);
   }
 }
-
 
 // A training iteration whose optimizer state (`state_bytes` per layer, persistent, no hook) is
 // read only by the step at the end, and whose activations are cheap to recompute: dropping the
