@@ -36,7 +36,8 @@ struct EvictRequest {
   // false: asked ahead of time (proactive eviction or room for a prefetch).
   bool urgent = true;
   // Predictive policies only choose buffers not predicted to be used within this many ns
-  // (so a prefetch never evicts what is needed sooner). 0: no constraint.
+  // (so a prefetch never evicts what is needed sooner). 0: no constraint when urgent; ahead of
+  // need (urgent == false), never the buffers the next launch uses.
   std::int64_t not_before_ns = 0;
   // When the device-to-host engine finishes what is already queued (<= now_ns when idle).
   std::int64_t d2h_busy_until_ns = 0;

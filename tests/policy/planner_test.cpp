@@ -588,8 +588,22 @@ TEST(DeltaPlanning, RecomputeOnlyAsAPlanBringsBackWhatItSwappedAhead) {
     std::int64_t fwd_ns;
     double share;
   };
-  for (const Shape& shape : {Shape{4, 128, 64, 2'000'000, 0.5}, Shape{6, 256, 128, 4'000'000, 0.45},
-                             Shape{8, 64, 96, 1'000'000, 0.55}, Shape{5, 192, 160, 3'000'000, 0.5}}) {
+  std::vector<Shape> shapes = {{4, 128, 64, 2'000'000, 0.5}, {6, 256, 128, 4'000'000, 0.45},
+                               {8, 64, 96, 1'000'000, 0.55}, {5, 192, 160, 3'000'000, 0.5}};
+  // And seeded ones (a fixed LCG): 4-8 layers, activations 64-256 MiB, state 64-192 MiB, 1-4 ms
+  // a layer, budgets 45-55 % of the peak.
+  std::uint64_t x = 17;
+  auto next = [&x](std::uint64_t n) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return (x >> 33) % n;
+  };
+  for (int seed = 0; seed < 8; ++seed) {
+    shapes.push_back({4 + static_cast<int>(next(5)), 64 + 64 * next(4), 64 + 32 * next(5),
+                      1'000'000 + 1'000'000 * static_cast<std::int64_t>(next(4)), 0.45 + 0.05 * static_cast<double>(next(3))});
+  }
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const Shape& shape = shapes[i];
+    const bool chosen = i < 4;  // the hand-made shapes need swaps and hide enough for the bound below
     const Workload w = withOptimizerState(shape.layers, shape.act_mib * kMiB, shape.fwd_ns, shape.state_mib * kMiB);
     const auto budget = static_cast<std::uint64_t>(shape.share * static_cast<double>(w.peakBytes()));
     SimOptions o;
@@ -602,6 +616,7 @@ TEST(DeltaPlanning, RecomputeOnlyAsAPlanBringsBackWhatItSwappedAhead) {
     EXPECT_EQ(r.over_budget_ops, 0u) << shape.layers;
     EXPECT_EQ(r.used_while_evicted, 0u);
     EXPECT_GT(r.drops, 0u) << shape.layers;  // the activations are dropped...
+    if (!chosen && r.swaps == 0) continue;  // a seeded budget the drops meet alone
     ASSERT_GT(r.swaps, 0u) << shape.layers;  // ...the state, which no hook makes, swapped...
     EXPECT_GT(r.prefetches, 0u) << shape.layers;  // ...and brought back ahead of the step
     const auto on_demand_ns = static_cast<std::int64_t>(static_cast<double>(r.h2d_bytes) / 12.0);
@@ -610,7 +625,7 @@ TEST(DeltaPlanning, RecomputeOnlyAsAPlanBringsBackWhatItSwappedAhead) {
     // back now hide behind the backward (before this change: none, the stall was within 6 % of
     // both transfers in full; after, 7-45 % below).
     const auto out_ns = static_cast<std::int64_t>(static_cast<double>(r.d2h_bytes) / 12.0);
-    EXPECT_LT(r.stall_ns, out_ns + on_demand_ns - on_demand_ns / 8) << shape.layers;
+    EXPECT_LT(r.stall_ns, out_ns + on_demand_ns - (chosen ? on_demand_ns / 8 : 0)) << i;
   }
 }
 
