@@ -26,6 +26,10 @@ std::string OracleRule::name() const {
   s += window == Prefetcher::Window::kGross ? "/gross" : window == Prefetcher::Window::kNet ? "/net" : "/on-demand";
   if (swap_weight != 1.0) s += "/swap-x" + std::to_string(static_cast<int>(swap_weight));
   if (!net_of_held) s += "/gross-drops";
+  if (!swap_ahead) s += "/no-swap-ahead";
+  if (ahead_gate > 0) s += "/gate-1:" + std::to_string(static_cast<int>(1.0 / ahead_gate + 0.5));
+  if (rank_last_resort) s += "/ranked-swaps";
+  if (plain_drop_price) s += "/plain";
   return s;
 }
 
@@ -44,6 +48,32 @@ std::vector<OracleRule> oracleRules() {
         }
       }
     }
+  }
+  // Drop-based plans that choose what to drop ahead of need by its price (docs/policy.md, *The
+  // oracle*: what DenseNet-121, ResNet-32 and the Transformer at 12 GB/s need): no drop ahead
+  // that costs more than a share of its round trip over the links, no swap ahead in place of a
+  // drop (drop-only), the swaps of last resort ranked.
+  auto gated = [&](OracleRule::Actions actions, OracleRule::Rank rank, Prefetcher::Window window, bool swap_ahead,
+                   double gate, bool plain) {
+    OracleRule r{actions, rank, window, 1.0, true};
+    r.swap_ahead = swap_ahead;
+    r.ahead_gate = gate;
+    r.rank_last_resort = true;
+    r.plain_drop_price = plain;
+    rules.push_back(r);
+  };
+  using A = OracleRule::Actions;
+  using R = OracleRule::Rank;
+  for (auto window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet, Prefetcher::Window::kNone}) {
+    for (double gate : {1.0, 1.0 / 16, 1.0 / 64}) {
+      gated(A::kDropOnly, R::kCost, window, false, gate, false);
+      gated(A::kDropOnly, R::kFarthest, window, false, gate, false);
+    }
+    for (double gate : {1.0, 1.0 / 16}) {
+      gated(A::kDropOnly, R::kCost, window, true, gate, false);
+      gated(A::kDropFirst, R::kCost, window, true, gate, false);
+    }
+    if (window != Prefetcher::Window::kNone) gated(A::kDropOnly, R::kCost, window, false, 1.0 / 64, true);
   }
   return rules;
 }
@@ -113,7 +143,10 @@ Policy::Rating OracleRulePolicy::rate(BufferId id, const BufferState& state, con
   const bool can_drop = state.recompute_ns != kUnknownNs;
 
   // Drop: the recompute at the next use (nothing if it is freed first).
-  const double drop = !can_drop ? kNever : reused ? recomputeNs(id, kRecomputeDepth) : 0.0;
+  const double drop = !can_drop ? kNever
+                     : !reused  ? 0.0
+                     : rule_.plain_drop_price ? static_cast<double>(state.recompute_ns)
+                                              : recomputeNs(id, kRecomputeDepth);
   // Swap: the wait for the copy out when the memory is needed now (or beyond the window when
   // asked ahead), and the part of the copy back that cannot end before the next use.
   const auto now = static_cast<double>(request.now_ns);
@@ -149,15 +182,32 @@ Policy::Rating OracleRulePolicy::rate(BufferId id, const BufferState& state, con
         action = Action::kRecompute;
         cost = drop;
       } else {
+        // Ahead of need a drop may still come later: no swap takes its place.
+        if (!request.urgent && !rule_.swap_ahead) return {};
         cost = kNever;  // last resort: scored below every drop
       }
       break;
     case OracleRule::Actions::kSwapOnly:
       break;
   }
-  if (cost == kNever) return {std::numeric_limits<double>::min(), action, true};
-  if (!known) return {kNever, action, true};
+  // Ahead of need, evicting only chooses earlier: worth it for a copy out that then overlaps
+  // compute, or a drop made while the inputs its recompute needs are still alive. A drop that
+  // costs more than a share of copying the buffer out and back is left for the request that
+  // needs the memory now, which may find cheaper room (DenseNet-121: its small batch-norm
+  // results, 256 bytes for a 1.5 ms recompute, were dropped ahead by the hundred).
+  if (rule_.ahead_gate > 0 && !request.urgent && action == Action::kRecompute &&
+      cost > rule_.ahead_gate * (out_ns + in_ns)) {
+    return {};
+  }
   const double distance = static_cast<double>(std::max<std::int64_t>(1, next.ns));
+  if (cost == kNever) {
+    if (!rule_.rank_last_resort) return {std::numeric_limits<double>::min(), action, true};
+    // Below every drop (negative), and among themselves by what the swap frees per ns it costs
+    // (all alike, the lowest ids went first: DenseNet-121's small parameters, by the hundred).
+    const double d = known ? distance : kNever;
+    return {-1.0 / (1.0 + static_cast<double>(state.bytes) * d / (swap + kCostFloorNs)), action, true};
+  }
+  if (!known) return {kNever, action, true};
   if (rule_.rank == OracleRule::Rank::kFarthest) return {reused ? distance : kNever, action, true};
   // What a drop frees is less what it keeps alive for its recompute.
   double bytes = static_cast<double>(state.bytes);

@@ -47,6 +47,16 @@ struct OracleRule {
   double swap_weight = 1.0;
   // Whether a drop's freed bytes are counted net of the inputs its recompute keeps alive.
   bool net_of_held = true;
+  // drop-only: whether a buffer no recompute can regenerate may be swapped when room is made
+  // ahead (false: only when memory is needed now, after every drop).
+  bool swap_ahead = true;
+  // Ahead of need, only drops whose recompute costs at most this share of a round trip of the
+  // buffer over the links (0: every drop); the others wait for a request that needs the memory.
+  double ahead_gate = 0;
+  // drop-only: the swaps of last resort ranked by their own score (false: all alike, by id).
+  bool rank_last_resort = false;
+  // A drop priced at its producer's time alone (false: plus the evicted inputs it would need).
+  bool plain_drop_price = false;
 
   std::string name() const;  // e.g. "mixed/cost/net"
 };
