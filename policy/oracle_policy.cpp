@@ -2,6 +2,7 @@
 #include "policy/oracle_policy.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 
 namespace delta::policy {
@@ -30,6 +31,7 @@ std::string OracleRule::name() const {
   if (ahead_gate > 0) s += "/gate-1:" + std::to_string(static_cast<int>(1.0 / ahead_gate + 0.5));
   if (rank_last_resort) s += "/ranked-swaps";
   if (plain_drop_price) s += "/plain";
+  if (keep_restored) s += "/keep-restored";
   return s;
 }
 
@@ -78,12 +80,17 @@ std::vector<OracleRule> oracleRules() {
   return rules;
 }
 
-OracleRulePolicy::OracleRulePolicy(const PolicyConfig& config, const Workload& workload, OracleRule rule)
+OracleRulePolicy::OracleRulePolicy(const PolicyConfig& config, const Workload& workload, OracleRule rule,
+                                   std::span<const std::int64_t> offsets_ns)
     : Policy(config),
       workload_(workload),
       free_op_(workload.buffers.size(), UseSchedule::kNoPos),
       future_(workload.schedule()),
-      rule_(rule) {
+      rule_(rule),
+      starts_(workload.ops.size(), 0),
+      swapped_(workload.buffers.size(), 0),
+      restored_(workload.buffers.size(), 0) {
+  if (!offsets_ns.empty()) future_.retime(offsets_ns);
   for (std::uint32_t i = 0; i < workload.ops.size(); ++i) {
     for (BufferId b : workload.ops[i].frees) free_op_[b] = i;
   }
@@ -102,12 +109,43 @@ std::uint64_t OracleRulePolicy::heldBytes(BufferId id) const {
   return held;
 }
 
+void OracleRulePolicy::residencyChanged(BufferId id) {
+  if (id >= swapped_.size()) return;
+  const BufferState& s = table_[id];
+  if (s.residency == Residency::kEvicted) {
+    swapped_[id] = s.evicted_by == Action::kSwap;
+    restored_[id] = 0;
+  } else {
+    restored_[id] = s.residency == Residency::kResident && swapped_[id];
+    swapped_[id] = 0;
+  }
+}
+
+std::vector<std::int64_t> OracleRulePolicy::runOffsets() const {
+  if (iteration_start_ < 0 || position_ != starts_.size() || starts_.empty()) return last_offsets_;
+  // The last iteration ended with its last op (the simulator says no more).
+  std::vector<std::int64_t> offsets(starts_.size() + 1);
+  for (std::size_t i = 0; i < starts_.size(); ++i) offsets[i] = starts_[i] - iteration_start_;
+  offsets.back() = offsets[starts_.size() - 1] + workload_.ops.back().compute_ns;
+  return offsets;
+}
+
 void OracleRulePolicy::onLaunch(const Launch& launch) {
+  if (position_ < starts_.size()) starts_[position_] = launch.now_ns;
+  for (BufferId id : launch.buffers) {
+    if (id < restored_.size()) restored_[id] = 0;
+  }
   ++position_;  // first: the launch's buffers are ranked by their use after this one
   Policy::onLaunch(launch);
 }
 
-void OracleRulePolicy::onIteration(std::int64_t) {
+void OracleRulePolicy::onIteration(std::int64_t now_ns) {
+  if (iteration_start_ >= 0 && position_ == starts_.size()) {
+    last_offsets_.resize(starts_.size() + 1);
+    for (std::size_t i = 0; i < starts_.size(); ++i) last_offsets_[i] = starts_[i] - iteration_start_;
+    last_offsets_.back() = now_ns - iteration_start_;
+  }
+  iteration_start_ = now_ns;
   position_ = 0;
   reindexAll();
 }
@@ -161,26 +199,33 @@ Policy::Rating OracleRulePolicy::rate(BufferId id, const BufferState& state, con
     restore = std::max(0.0, in_end - (now + static_cast<double>(next.ns))) + kLinkLoad * in_ns;
   }
   swap = (swap + restore) * rule_.swap_weight;
+  double drop_price = drop;
+  if (rule_.keep_restored && reused && restored_[id]) {
+    if (!request.urgent) return {};
+    // Evicting it throws its restore away: that transfer is paid again, whatever the action.
+    swap += in_ns;
+    if (drop_price != kNever) drop_price += in_ns;
+  }
 
   Action action = Action::kSwap;
   double cost = swap;
   switch (rule_.actions) {
     case OracleRule::Actions::kMixed:
-      if (drop <= swap) {
+      if (drop_price <= swap) {
         action = Action::kRecompute;
-        cost = drop;
+        cost = drop_price;
       }
       break;
     case OracleRule::Actions::kDropFirst:
       if (can_drop) {
         action = Action::kRecompute;
-        cost = drop;
+        cost = drop_price;
       }
       break;
     case OracleRule::Actions::kDropOnly:
       if (can_drop) {
         action = Action::kRecompute;
-        cost = drop;
+        cost = drop_price;
       } else {
         // Ahead of need a drop may still come later: no swap takes its place.
         if (!request.urgent && !rule_.swap_ahead) return {};
@@ -225,35 +270,65 @@ std::uint64_t OracleRulePolicy::upcomingBytes(std::int64_t, std::int64_t& horizo
   return Prefetcher::upcomingBytes(future_, position_, table_, costs_, horizon_ns, rule_.window);
 }
 
+std::string OraclePolicy::Candidate::name() const {
+  return retimed > 0 ? rule.name() + "/retimed-" + std::to_string(retimed) : rule.name();
+}
+
 OraclePolicy::OraclePolicy(const PolicyConfig& config, const Workload& workload, const SimOptions& options)
     : OraclePolicy(config, workload, search(config, workload, options)) {}
 
 OraclePolicy::OraclePolicy(const PolicyConfig& config, const Workload& workload, Search found)
-    : OracleRulePolicy(config, workload, found.best), candidates_(std::move(found.candidates)) {}
+    : OracleRulePolicy(config, workload, found.candidates[found.best].rule, found.candidates[found.best].offsets_ns),
+      candidates_(std::move(found.candidates)),
+      plan_name_(candidates_[found.best].name()) {}
 
 OraclePolicy::Search OraclePolicy::search(const PolicyConfig& config, const Workload& workload,
                                           const SimOptions& options) {
   // A candidate whose run (warm-up included) takes over this many times the best complete run
   // so far cannot win: it is cut short, which bounds the search's time.
   constexpr std::int64_t kGiveUpFactor = 2;
+  // Retiming: the best few rules, each this many rounds (each round timed by the previous run).
+  constexpr std::size_t kRetimedRules = 8;
+  constexpr int kRetimeRounds = 3;
   Search s;
-  const SimResult* best = nullptr;
-  std::size_t best_index = 0;
-  for (const OracleRule& rule : oracleRules()) {
+  auto better = [](const SimResult& a, const SimResult& b) {
+    return !a.gave_up && (b.gave_up || a.over_budget_ops < b.over_budget_ops ||
+                          (a.over_budget_ops == b.over_budget_ops && a.total_ns < b.total_ns));
+  };
+  // Replays one candidate; returns the timing its run produced (for the next round).
+  auto replay = [&](const OracleRule& rule, int retimed, std::vector<std::int64_t> offsets) {
     SimOptions o = options;
-    if (best != nullptr && best->over_budget_ops == 0) o.give_up_after_ns = kGiveUpFactor * best->run_ns;
-    OracleRulePolicy candidate(config, workload, rule);
+    const SimResult& best = s.candidates.empty() ? SimResult{} : s.candidates[s.best].result;
+    if (!s.candidates.empty() && best.over_budget_ops == 0) o.give_up_after_ns = kGiveUpFactor * best.run_ns;
+    OracleRulePolicy candidate(config, workload, rule, offsets);
     Simulator sim(workload, o);
-    s.candidates.push_back({rule, sim.run(candidate)});
-    const SimResult& r = s.candidates.back().result;
-    best = best == nullptr ? nullptr : &s.candidates[best_index].result;  // the vector may have grown
-    const bool better = best == nullptr || (!r.gave_up && (r.over_budget_ops < best->over_budget_ops ||
-                                                           (r.over_budget_ops == best->over_budget_ops &&
-                                                            r.total_ns < best->total_ns)));
-    if (better) best_index = s.candidates.size() - 1;
-    best = &s.candidates[best_index].result;
+    const SimResult r = sim.run(candidate);
+    std::vector<std::int64_t> next = r.gave_up ? std::vector<std::int64_t>{} : candidate.runOffsets();
+    s.candidates.push_back({rule, r, retimed, std::move(offsets)});
+    if (s.candidates.size() == 1 || better(r, s.candidates[s.best].result)) s.best = s.candidates.size() - 1;
+    return next;
+  };
+  std::vector<std::pair<std::size_t, std::vector<std::int64_t>>> timed;  // candidate, its run's timing
+  for (const OracleRule& rule : oracleRules()) {
+    std::vector<std::int64_t> next = replay(rule, 0, {});
+    if (!next.empty()) timed.emplace_back(s.candidates.size() - 1, std::move(next));
   }
-  s.best = s.candidates[best_index].rule;
+  // The best few complete runs, best first (ties: the earlier rule).
+  std::stable_sort(timed.begin(), timed.end(), [&](const auto& a, const auto& b) {
+    return better(s.candidates[a.first].result, s.candidates[b.first].result);
+  });
+  if (timed.size() > kRetimedRules) timed.resize(kRetimedRules);
+  for (auto& [index, offsets] : timed) {
+    for (bool keep : {false, true}) {
+      OracleRule rule = s.candidates[index].rule;
+      if (keep && rule.keep_restored) continue;
+      rule.keep_restored = rule.keep_restored || keep;
+      std::vector<std::int64_t> timing = offsets;
+      for (int round = 1; round <= kRetimeRounds && !timing.empty(); ++round) {
+        timing = replay(rule, round, std::move(timing));
+      }
+    }
+  }
   return s;
 }
 

@@ -106,7 +106,7 @@ std::string planText(const policy::Policy& policy, bool detailed) {
     std::string all;
     for (const policy::OraclePolicy::Candidate& c : oracle->candidates()) {
       if (!all.empty()) all += ", ";
-      all += c.rule.name() + " " +
+      all += c.name() + " " +
              (c.result.gave_up ? std::string("cut")
                                : fmt::format("{:.2f} %{}", c.result.overhead_pct,
                                              c.result.over_budget_ops ? fmt::format(" ({} over)", c.result.over_budget_ops) : ""));
