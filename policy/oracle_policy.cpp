@@ -2,7 +2,6 @@
 #include "policy/oracle_policy.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <limits>
 
 namespace delta::policy {
@@ -31,7 +30,6 @@ std::string OracleRule::name() const {
   if (ahead_gate > 0) s += "/gate-1:" + std::to_string(static_cast<int>(1.0 / ahead_gate + 0.5));
   if (rank_last_resort) s += "/ranked-swaps";
   if (plain_drop_price) s += "/plain";
-  if (keep_restored) s += "/keep-restored";
   return s;
 }
 
@@ -81,16 +79,19 @@ std::vector<OracleRule> oracleRules() {
 }
 
 OracleRulePolicy::OracleRulePolicy(const PolicyConfig& config, const Workload& workload, OracleRule rule,
-                                   std::span<const std::int64_t> offsets_ns)
+                                   std::span<const std::int64_t> offsets_ns, std::span<const BufferId> vetoed)
     : Policy(config),
       workload_(workload),
       free_op_(workload.buffers.size(), UseSchedule::kNoPos),
       future_(workload.schedule()),
       rule_(rule),
       starts_(workload.ops.size(), 0),
-      swapped_(workload.buffers.size(), 0),
-      restored_(workload.buffers.size(), 0) {
+      vetoed_(workload.buffers.size(), 0),
+      price_(workload.buffers.size(), -1.0) {
   if (!offsets_ns.empty()) future_.retime(offsets_ns);
+  for (BufferId id : vetoed) {
+    if (id < vetoed_.size()) vetoed_[id] = 1;
+  }
   for (std::uint32_t i = 0; i < workload.ops.size(); ++i) {
     for (BufferId b : workload.ops[i].frees) free_op_[b] = i;
   }
@@ -109,18 +110,6 @@ std::uint64_t OracleRulePolicy::heldBytes(BufferId id) const {
   return held;
 }
 
-void OracleRulePolicy::residencyChanged(BufferId id) {
-  if (id >= swapped_.size()) return;
-  const BufferState& s = table_[id];
-  if (s.residency == Residency::kEvicted) {
-    swapped_[id] = s.evicted_by == Action::kSwap;
-    restored_[id] = 0;
-  } else {
-    restored_[id] = s.residency == Residency::kResident && swapped_[id];
-    swapped_[id] = 0;
-  }
-}
-
 std::vector<std::int64_t> OracleRulePolicy::runOffsets() const {
   if (iteration_start_ < 0 || position_ != starts_.size() || starts_.empty()) return last_offsets_;
   // The last iteration ended with its last op (the simulator says no more).
@@ -132,14 +121,28 @@ std::vector<std::int64_t> OracleRulePolicy::runOffsets() const {
 
 void OracleRulePolicy::onLaunch(const Launch& launch) {
   if (position_ < starts_.size()) starts_[position_] = launch.now_ns;
-  for (BufferId id : launch.buffers) {
-    if (id < restored_.size()) restored_[id] = 0;
-  }
   ++position_;  // first: the launch's buffers are ranked by their use after this one
   Policy::onLaunch(launch);
 }
 
+void OracleRulePolicy::noteChoice(BufferId id, const BufferState&, Action) const {
+  if (id < price_.size()) price_[id] = std::max(price_[id], rated_price_);
+}
+
+std::vector<std::pair<double, BufferId>> OracleRulePolicy::evictionPrices() const {
+  const bool whole = iteration_start_ >= 0 && position_ == starts_.size();
+  const std::vector<double>& prices = whole ? price_ : last_price_;
+  std::vector<std::pair<double, BufferId>> out;
+  for (BufferId id = 0; id < prices.size(); ++id) {
+    if (prices[id] >= 0) out.emplace_back(prices[id], id);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  return out;
+}
+
 void OracleRulePolicy::onIteration(std::int64_t now_ns) {
+  if (iteration_start_ >= 0 && position_ == starts_.size()) last_price_ = price_;
+  std::fill(price_.begin(), price_.end(), -1.0);
   if (iteration_start_ >= 0 && position_ == starts_.size()) {
     last_offsets_.resize(starts_.size() + 1);
     for (std::size_t i = 0; i < starts_.size(); ++i) last_offsets_[i] = starts_[i] - iteration_start_;
@@ -199,13 +202,7 @@ Policy::Rating OracleRulePolicy::rate(BufferId id, const BufferState& state, con
     restore = std::max(0.0, in_end - (now + static_cast<double>(next.ns))) + kLinkLoad * in_ns;
   }
   swap = (swap + restore) * rule_.swap_weight;
-  double drop_price = drop;
-  if (rule_.keep_restored && reused && restored_[id]) {
-    if (!request.urgent) return {};
-    // Evicting it throws its restore away: that transfer is paid again, whatever the action.
-    swap += in_ns;
-    if (drop_price != kNever) drop_price += in_ns;
-  }
+  const double drop_price = drop;
 
   Action action = Action::kSwap;
   double cost = swap;
@@ -244,6 +241,10 @@ Policy::Rating OracleRulePolicy::rate(BufferId id, const BufferState& state, con
       cost > rule_.ahead_gate * (out_ns + in_ns)) {
     return {};
   }
+  rated_price_ = cost == kNever ? swap : cost;
+  // Vetoed: after every other candidate of its kind (eligible still: a veto must not leave the
+  // budget, nor skip the rest of its bucket).
+  if (vetoed_[id]) return {cost == kNever ? -1.0 : 1e-200, action, true};
   const double distance = static_cast<double>(std::max<std::int64_t>(1, next.ns));
   if (cost == kNever) {
     if (!rule_.rank_last_resort) return {std::numeric_limits<double>::min(), action, true};
@@ -271,14 +272,18 @@ std::uint64_t OracleRulePolicy::upcomingBytes(std::int64_t, std::int64_t& horizo
 }
 
 std::string OraclePolicy::Candidate::name() const {
-  return retimed > 0 ? rule.name() + "/retimed-" + std::to_string(retimed) : rule.name();
+  std::string s = rule.name();
+  if (retimed > 0) s += "/retimed-" + std::to_string(retimed);
+  if (!vetoed.empty()) s += "/vetoed-" + std::to_string(vetoed.size());
+  return s;
 }
 
 OraclePolicy::OraclePolicy(const PolicyConfig& config, const Workload& workload, const SimOptions& options)
     : OraclePolicy(config, workload, search(config, workload, options)) {}
 
 OraclePolicy::OraclePolicy(const PolicyConfig& config, const Workload& workload, Search found)
-    : OracleRulePolicy(config, workload, found.candidates[found.best].rule, found.candidates[found.best].offsets_ns),
+    : OracleRulePolicy(config, workload, found.candidates[found.best].rule, found.candidates[found.best].offsets_ns,
+                       found.candidates[found.best].vetoed),
       candidates_(std::move(found.candidates)),
       plan_name_(candidates_[found.best].name()) {}
 
@@ -290,22 +295,30 @@ OraclePolicy::Search OraclePolicy::search(const PolicyConfig& config, const Work
   // Retiming: the best few rules, each this many rounds (each round timed by the previous run).
   constexpr std::size_t kRetimedRules = 8;
   constexpr int kRetimeRounds = 3;
+  // Local search: how many of the best run's dearest evictions are vetoed in turn.
+  constexpr std::size_t kVetoMoves = 8;
   Search s;
   auto better = [](const SimResult& a, const SimResult& b) {
     return !a.gave_up && (b.gave_up || a.over_budget_ops < b.over_budget_ops ||
                           (a.over_budget_ops == b.over_budget_ops && a.total_ns < b.total_ns));
   };
-  // Replays one candidate; returns the timing its run produced (for the next round).
-  auto replay = [&](const OracleRule& rule, int retimed, std::vector<std::int64_t> offsets) {
+  // Replays one candidate; returns the timing its run produced (for the next round). The prices
+  // of the best run's evictions go to `prices` (the local search's moves).
+  std::vector<std::pair<double, BufferId>> prices;
+  auto replay = [&](const OracleRule& rule, int retimed, std::vector<std::int64_t> offsets,
+                    std::vector<BufferId> vetoed = {}) {
     SimOptions o = options;
     const SimResult& best = s.candidates.empty() ? SimResult{} : s.candidates[s.best].result;
     if (!s.candidates.empty() && best.over_budget_ops == 0) o.give_up_after_ns = kGiveUpFactor * best.run_ns;
-    OracleRulePolicy candidate(config, workload, rule, offsets);
+    OracleRulePolicy candidate(config, workload, rule, offsets, vetoed);
     Simulator sim(workload, o);
     const SimResult r = sim.run(candidate);
     std::vector<std::int64_t> next = r.gave_up ? std::vector<std::int64_t>{} : candidate.runOffsets();
-    s.candidates.push_back({rule, r, retimed, std::move(offsets)});
-    if (s.candidates.size() == 1 || better(r, s.candidates[s.best].result)) s.best = s.candidates.size() - 1;
+    s.candidates.push_back({rule, r, retimed, std::move(offsets), std::move(vetoed)});
+    if (s.candidates.size() == 1 || better(r, s.candidates[s.best].result)) {
+      s.best = s.candidates.size() - 1;
+      prices = candidate.evictionPrices();
+    }
     return next;
   };
   std::vector<std::pair<std::size_t, std::vector<std::int64_t>>> timed;  // candidate, its run's timing
@@ -319,15 +332,33 @@ OraclePolicy::Search OraclePolicy::search(const PolicyConfig& config, const Work
   });
   if (timed.size() > kRetimedRules) timed.resize(kRetimedRules);
   for (auto& [index, offsets] : timed) {
-    for (bool keep : {false, true}) {
-      OracleRule rule = s.candidates[index].rule;
-      if (keep && rule.keep_restored) continue;
-      rule.keep_restored = rule.keep_restored || keep;
-      std::vector<std::int64_t> timing = offsets;
-      for (int round = 1; round <= kRetimeRounds && !timing.empty(); ++round) {
-        timing = replay(rule, round, std::move(timing));
+    const OracleRule rule = s.candidates[index].rule;
+    std::vector<std::int64_t> timing = std::move(offsets);
+    for (int round = 1; round <= kRetimeRounds && !timing.empty(); ++round) {
+      timing = replay(rule, round, std::move(timing));
+    }
+  }
+  // Local search: veto, one at a time, the dearest evictions of the best run (evicted only when
+  // nothing else is left), keeping each veto that makes the run faster (a cheaper buffer takes
+  // the dear one's place: the Transformer at 12 GB/s, where which 160 MiB results are dropped
+  // ahead is the whole difference).
+  std::vector<BufferId> tried;
+  for (std::size_t move = 0; move < kVetoMoves; ++move) {
+    // The dearest eviction of the best run so far not tried yet.
+    BufferId pick = kNoBuffer;
+    for (const auto& [price, id] : prices) {
+      if (price <= 0) break;
+      if (std::find(tried.begin(), tried.end(), id) == tried.end()) {
+        pick = id;
+        break;
       }
     }
+    if (pick == kNoBuffer) break;
+    tried.push_back(pick);
+    const Candidate base = s.candidates[s.best];
+    std::vector<BufferId> vetoed = base.vetoed;
+    vetoed.push_back(pick);
+    replay(base.rule, base.retimed, base.offsets_ns, std::move(vetoed));
   }
   return s;
 }

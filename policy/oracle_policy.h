@@ -58,10 +58,6 @@ struct OracleRule {
   bool rank_last_resort = false;
   // A drop priced at its producer's time alone (false: plus the evicted inputs it would need).
   bool plain_drop_price = false;
-  // A buffer brought back from the host and not used since is not evicted ahead of need (that
-  // undoes the prefetch the room is made for), and when memory is needed now its eviction costs
-  // that restore too.
-  bool keep_restored = false;
 
   std::string name() const;  // e.g. "mixed/cost/net"
 };
@@ -75,11 +71,15 @@ class OracleRulePolicy : public Policy {
   // `workload` must outlive the policy; `future` is workload.schedule().
   // `offsets_ns` (ops + 1 entries, the iteration's length last), when given, times the future
   // as a run has timed it (runOffsets) instead of by compute alone.
+  // `vetoed`: buffers evicted only when nothing else is left (the oracle's local search).
   OracleRulePolicy(const PolicyConfig& config, const Workload& workload, OracleRule rule,
-                   std::span<const std::int64_t> offsets_ns = {});
+                   std::span<const std::int64_t> offsets_ns = {}, std::span<const BufferId> vetoed = {});
   // When each op started in the last whole iteration of the run, from the iteration's start,
   // and that iteration's length (ops + 1 entries; empty before an iteration was run whole).
   std::vector<std::int64_t> runOffsets() const;
+  // The buffers evicted in the last whole iteration, each with the highest price it was chosen
+  // at (its recompute, or the visible part of its swap), dearest first.
+  std::vector<std::pair<double, BufferId>> evictionPrices() const;
 
   std::string_view name() const override { return "oracle"; }
   void onLaunch(const Launch& launch) override;
@@ -92,7 +92,7 @@ class OracleRulePolicy : public Policy {
  protected:
   Rating rate(BufferId id, const BufferState& state, const EvictRequest& request) const override;
   double rankKey(BufferId id, const BufferState& state) const override;
-  void residencyChanged(BufferId id) override;
+  void noteChoice(BufferId id, const BufferState& state, Action action) const override;
 
  private:
   // Time a recompute of `id` would take now: its producer's time plus the producer's evicted
@@ -110,16 +110,20 @@ class OracleRulePolicy : public Policy {
   std::vector<std::int64_t> starts_;       // per op: when it started in the current iteration
   std::vector<std::int64_t> last_offsets_;  // the last whole iteration's (runOffsets)
   std::int64_t iteration_start_ = -1;
-  std::vector<std::uint8_t> swapped_;   // per buffer: evicted by a swap, not back yet
-  std::vector<std::uint8_t> restored_;  // per buffer: back from the host, not used since
+  std::vector<std::uint8_t> vetoed_;    // per buffer: evicted last
+  mutable std::vector<double> price_;   // per buffer: the price it was chosen at this iteration
+  std::vector<double> last_price_;      // the same for the last whole iteration
+  mutable double rated_price_ = 0;      // the last candidate rated (chosen ones are rated last)
 };
 
-// `oracle`: replays every rule of oracleRules() on `workload` under `options`, then refines the
-// best few by retiming: each is replayed again with the future timed as its own run went (the
-// waits a plan causes stretch the time to every next use, and a plan priced on compute alone
-// restores too early and evicts too much: synthetic attention at 30 %, 833 % -> 417 %), a few
-// rounds, alone and keeping what it restored. It runs as the best of all (the outer replay with
-// the same options reproduces that candidate's run exactly).
+// `oracle`: replays every rule of oracleRules() on `workload` under `options`, then improves on
+// the best: (1) retiming: the best few rules are replayed again with the future timed as their
+// own run went, three rounds (the waits a plan causes stretch the time to every next use, and a
+// plan priced on compute alone restores too early and evicts too much: synthetic attention at
+// 30 %, 833 % -> 417 %); (2) local search: the dearest evictions of the best run so far are
+// vetoed one at a time (evicted only when nothing else is left), each kept if the run is faster.
+// It runs as the best candidate (the outer replay with the same options reproduces its run
+// exactly). Every candidate is computed here from the workload; none is another policy's plan.
 class OraclePolicy : public OracleRulePolicy {
  public:
   struct Candidate {
@@ -127,7 +131,8 @@ class OraclePolicy : public OracleRulePolicy {
     SimResult result;
     int retimed = 0;  // rounds of retiming behind it (0: timed by compute alone)
     std::vector<std::int64_t> offsets_ns;  // the timing it ran with (empty: compute alone)
-    std::string name() const;  // the rule's, and "/retimed-N"
+    std::vector<BufferId> vetoed;          // evicted last (the local search's moves kept)
+    std::string name() const;  // the rule's, "/retimed-N", "/vetoed-N"
   };
   OraclePolicy(const PolicyConfig& config, const Workload& workload, const SimOptions& options);
 
