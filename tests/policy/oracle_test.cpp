@@ -291,6 +291,111 @@ TEST(OracleRules, NamesAreDistinct) {
             names.end());
 }
 
+// runOffsets: the timing a run produced, one entry per op and the iteration's length; with
+// unlimited memory it is the compute-only timing the future starts from.
+TEST(OracleRules, RunOffsetsAreTheRunsTiming) {
+  for (std::uint32_t seed = 1; seed <= 4; ++seed) {
+    for (int shape = 0; shape < 2; ++shape) {
+      std::mt19937 rng(seed * 31337u + static_cast<std::uint32_t>(shape));
+      const Workload w = shape == 0 ? randomTraining(rng, 4) : randomGraph(rng, 14);
+      SCOPED_TRACE("seed " + std::to_string(seed) + " shape " + std::to_string(shape));
+      const UseSchedule future = w.schedule();
+      for (double share : {10.0, 0.5}) {  // unlimited, then half the peak
+        SimOptions o;
+        o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+        OracleRulePolicy p(policyConfigFor(w, o), w, OracleRule{});
+        Simulator sim(w, o);
+        sim.run(p);
+        const std::vector<std::int64_t> offsets = p.runOffsets();
+        ASSERT_EQ(offsets.size(), w.ops.size() + 1);
+        for (std::size_t i = 0; i < w.ops.size(); ++i) {
+          EXPECT_LE(offsets[i] + w.ops[i].compute_ns, offsets[i + 1]) << "op " << i;
+          if (share > 1) {
+            EXPECT_EQ(offsets[i], future.offsetNs(static_cast<std::uint32_t>(i))) << "op " << i;
+          }
+        }
+        if (share > 1) {
+            EXPECT_EQ(offsets.back(), future.durationNs());
+          }
+      }
+    }
+  }
+}
+
+// Retimed and vetoed candidates are plans like the others: the same inputs give the same run,
+// and vetoing every buffer the run evicted keeps it in budget (a veto only orders: a vetoed
+// buffer still goes when nothing else can), with the evictions' prices dearest first.
+TEST(OracleRules, RetimedAndVetoedRunsAreDeterministicAndInBudget) {
+  for (std::uint32_t seed = 1; seed <= 5; ++seed) {
+    for (int shape = 0; shape < 2; ++shape) {
+      std::mt19937 rng(seed * 7u + static_cast<std::uint32_t>(shape));
+      const Workload w = shape == 0 ? randomTraining(rng, 3 + static_cast<int>(seed % 3)) : randomGraph(rng, 16);
+      for (double gbps : {12.0, 50.0}) {
+        SCOPED_TRACE("seed " + std::to_string(seed) + " shape " + std::to_string(shape) + " " + std::to_string(gbps));
+        SimOptions o;
+        o.budget_bytes = w.peakBytes() / 2;
+        o.h2d_gbps = o.d2h_gbps = gbps;
+        for (const OracleRule& rule : {OracleRule{}, OracleRule{OracleRule::Actions::kDropOnly, OracleRule::Rank::kCost,
+                                                                Prefetcher::Window::kNet, 1.0, true}}) {
+          OracleRulePolicy base(policyConfigFor(w, o), w, rule);
+          const SimResult r0 = Simulator(w, o).run(base);
+          const std::vector<std::int64_t> offsets = base.runOffsets();
+          const auto prices = base.evictionPrices();
+          for (std::size_t i = 1; i < prices.size(); ++i) EXPECT_GE(prices[i - 1].first, prices[i].first);
+          std::vector<BufferId> vetoed;
+          for (const auto& [price, id] : prices) vetoed.push_back(id);
+          OracleRulePolicy a(policyConfigFor(w, o), w, rule, offsets, vetoed);
+          OracleRulePolicy b(policyConfigFor(w, o), w, rule, offsets, vetoed);
+          const SimResult ra = Simulator(w, o).run(a);
+          const SimResult rb = Simulator(w, o).run(b);
+          EXPECT_EQ(ra.total_ns, rb.total_ns);
+          EXPECT_EQ(ra.used_while_evicted, 0u);
+          if (r0.over_budget_ops == 0) {
+            EXPECT_EQ(ra.over_budget_ops, 0u) << rule.name();
+          }
+        }
+      }
+    }
+  }
+}
+
+// The oracle's outer replay reproduces the candidate it chose, retimed and vetoed ones
+// included, over seeds, shapes, budgets and links; the chosen one is never slower than any
+// candidate that kept the budget.
+TEST(Oracle, ReplaysItsBestCandidateEverywhere) {
+  int refined = 0;
+  for (std::uint32_t seed = 1; seed <= 4; ++seed) {
+    for (int shape = 0; shape < 2; ++shape) {
+      std::mt19937 rng(seed * 65537u + static_cast<std::uint32_t>(shape));
+      const Workload w = shape == 0 ? randomTraining(rng, 4 + static_cast<int>(seed % 2)) : randomGraph(rng, 14);
+      for (double share : {0.5, 0.7}) {
+        for (double gbps : {12.0, 50.0}) {
+          SCOPED_TRACE("seed " + std::to_string(seed) + " shape " + std::to_string(shape));
+          SimOptions o;
+          o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+          o.h2d_gbps = o.d2h_gbps = gbps;
+          const UseSchedule future = w.schedule();
+          const ReplayContext context{&w, o};
+          PolicyResult p = makePolicy("oracle", policyConfigFor(w, o), &future, &context);
+          const auto& oracle = dynamic_cast<const OraclePolicy&>(*p.policy);
+          const SimResult r = Simulator(w, o).run(*p.policy);
+          std::int64_t best = -1;
+          for (const OraclePolicy::Candidate& c : oracle.candidates()) {
+            if (c.result.gave_up || c.result.over_budget_ops > 0) continue;
+            if (best < 0 || c.result.total_ns < best) best = c.result.total_ns;
+          }
+          if (best >= 0) {
+            EXPECT_EQ(r.total_ns, best);
+          }
+          refined += oracle.planName().find("/retimed-") != std::string::npos ||
+                     oracle.planName().find("/vetoed-") != std::string::npos;
+        }
+      }
+    }
+  }
+  std::printf("the oracle kept a retimed or vetoed candidate on %d of 32 cases\n", refined);
+}
+
 TEST(Oracle, AgainstTheExactBoundAndEveryPolicy) {
   const std::vector<std::string_view> others = {"delta", "lru", "dtr", "swap-only", "recompute-only", "belady"};
   std::vector<double> gaps;
