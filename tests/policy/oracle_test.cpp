@@ -315,8 +315,8 @@ TEST(OracleRules, RunOffsetsAreTheRunsTiming) {
           }
         }
         if (share > 1) {
-            EXPECT_EQ(offsets.back(), future.durationNs());
-          }
+          EXPECT_EQ(offsets.back(), future.durationNs());
+        }
       }
     }
   }
