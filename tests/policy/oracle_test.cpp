@@ -287,7 +287,7 @@ TEST(OracleRules, NamesAreDistinct) {
   for (const OracleRule& r : rules) names.push_back(r.name());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end());
-  EXPECT_NE(std::find(names.begin(), names.end(), "drop-only/cost/net/no-swap-ahead/gate-1:16/ranked-swaps"),
+  EXPECT_NE(std::find(names.begin(), names.end(), "drop-only/cost/net/no-swap-ahead/gate-0.0625/ranked-swaps"),
             names.end());
 }
 
