@@ -73,7 +73,7 @@ grep -Eq '^plan +(mixed|swap-only|recompute-only)(/net|/on-demand)?(/fresh)? \(p
 # The regret column: each policy's overhead over the oracle's on the same trace and budget (the
 # oracle's own row 1.000, and its plan the rule it kept); the table has it as the last column.
 "$bin" sweep --csv --policies oracle,lru --budgets 50% "$fx" >"$tmp/out" 2>&1 &&
-  grep -Eq '^tiny_dtr.log,oracle,50%,.*,(mixed|swap-only|drop-first|drop-only)/(cost|farthest)/[a-z/0-9-]+,1\.000$' "$tmp/out" &&
+  grep -Eq '^tiny_dtr.log,oracle,50%,.*,(mixed|swap-only|drop-first|drop-only)/(cost|farthest)/[a-z/0-9.-]+,1\.000$' "$tmp/out" &&
   grep -Eq '^tiny_dtr.log,lru,50%,.*,,([0-9]+\.[0-9]{3}|inf)$' "$tmp/out" ||
   { echo "FAIL: sweep --csv regret" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 "$bin" sweep --policies oracle --budgets 50% "$fx" >"$tmp/out" 2>&1 &&
