@@ -7,8 +7,10 @@
 //
 // One rule (OracleRule) fixes how costs are weighed; no single weighing is best on every
 // workload and link, so `oracle` replays a fixed set of rules through the simulator before the
-// run and keeps the one with the fewest ops over budget, then the shortest time. Every rule is
-// future-aware and computed here; none is another policy's output (docs/policy.md, *oracle*).
+// run, improves on the best ones (retimed by their own runs, the gate's share searched, the
+// dearest evictions vetoed) and keeps the candidate with the fewest ops over budget, then the
+// shortest time. Every candidate is future-aware and computed here; none is another policy's
+// output (docs/policy.md, *The oracle*).
 // It is a heuristic upper bound on the best plan, checked against an exact lower bound on small
 // workloads (tests/policy/oracle_test.cpp, tools/exact_bound.h).
 //
@@ -120,8 +122,9 @@ class OracleRulePolicy : public Policy {
 // the best: (1) retiming: the best few rules are replayed again with the future timed as their
 // own run went, three rounds (the waits a plan causes stretch the time to every next use, and a
 // plan priced on compute alone restores too early and evicts too much: synthetic attention at
-// 30 %, 833 % -> 417 %); (2) local search: the dearest evictions of the best run so far are
-// vetoed one at a time (evicted only when nothing else is left), each kept if the run is faster.
+// 30 %, 833 % -> 340 %); (2) when the best run is gated, a line search on the gate's share;
+// (3) local search: the dearest evictions of the best run so far are vetoed one at a time
+// (evicted only when nothing else is left), each kept if the run is faster.
 // It runs as the best candidate (the outer replay with the same options reproduces its run
 // exactly). Every candidate is computed here from the workload; none is another policy's plan.
 class OraclePolicy : public OracleRulePolicy {
