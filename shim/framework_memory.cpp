@@ -201,23 +201,13 @@ std::optional<CUresult> Residency::mapProgramHandle(CUdeviceptr address, uint64_
     freeIds_.push_back(id);
     return result;
   }
-  Buffer& buffer = buffers_[id];
-  buffer = Buffer{};
-  buffer.live = true;
-  buffer.serial = nextSerial_++;
-  buffer.address = address;
-  buffer.bytes = bytes;
-  buffer.mappedBytes = bytes;
-  buffer.handle = handle->real;
-  buffer.state = State::kResident;
+  // Its memory counted from cuMemCreate: it moves from the program's column to the resident one.
+  foreignBytes_ -= bytes;
+  Buffer& buffer = startBuffer(id, address, bytes, bytes, handle->real);
   buffer.program = handle;
   buffer.accessible = false;  // until the program's cuMemSetAccess: copies could not read it
   handle->mappedAs = id;
-  addresses_.insert(address, bytes, id);
   programMappings_[address] = ProgramMapping{address + bytes, id, handle};
-  // Its memory counted from cuMemCreate: it moves from the program's column to the resident one.
-  foreignBytes_ -= bytes;
-  resident_ += bytes;
   programResident_ += bytes;
   notePeaks();
   stats_.programMappings++;

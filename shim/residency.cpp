@@ -135,6 +135,20 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
     freeIds_.push_back(id);
     return result;
   }
+  Buffer& buffer = startBuffer(id, address, bytes, mapped, handle);
+  notePeaks();
+  stats_.allocations++;
+  policy_->onAlloc(id, mapped, now);
+  // Stamped now, not when the call began: evictions that made room come before it.
+  if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
+    trace->alloc(trace::AllocRecord{static_cast<uint64_t>(nowNs()), buffer.serial, address, bytes,
+                                    0, stack, trace::kAllocManaged});
+  *out = address;
+  return CUDA_SUCCESS;
+}
+
+Residency::Buffer& Residency::startBuffer(uint32_t id, CUdeviceptr address, uint64_t bytes,
+                                         uint64_t mapped, CUmemGenericAllocationHandle handle) {
   Buffer& buffer = buffers_[id];
   buffer = Buffer{};
   buffer.live = true;
@@ -146,15 +160,7 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   buffer.state = State::kResident;
   addresses_.insert(address, bytes, id);
   resident_ += mapped;
-  notePeaks();
-  stats_.allocations++;
-  policy_->onAlloc(id, mapped, now);
-  // Stamped now, not when the call began: evictions that made room come before it.
-  if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
-    trace->alloc(trace::AllocRecord{static_cast<uint64_t>(nowNs()), buffer.serial, address, bytes,
-                                    0, stack, trace::kAllocManaged});
-  *out = address;
-  return CUDA_SUCCESS;
+  return buffer;
 }
 
 bool Residency::owns(CUdeviceptr address) {

@@ -397,6 +397,9 @@ class Residency {
     std::vector<CUevent> events;
   };
 
+  // A new buffer `id`, resident in `handle`'s memory mapped at `address`, counted and findable.
+  Buffer& startBuffer(uint32_t id, CUdeviceptr address, uint64_t bytes, uint64_t mapped,
+                      CUmemGenericAllocationHandle handle);
   // The program's own memory (framework_memory.cpp).
   ProgramHandle* programHandle(CUmemGenericAllocationHandle handle);
   // A handle whose contents are on the host gets physical memory and its contents back.

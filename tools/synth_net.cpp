@@ -179,13 +179,21 @@ TensorId SynthNet::convTranspose2d(TensorId x, TensorId w, std::string_view labe
 }
 
 TensorId SynthNet::batchNorm(TensorId x, TensorId gamma, TensorId beta, std::string_view label) {
-  const SynthShape c{shape(x)[1]};
+  return normalization({"native_batch_norm", "native_batch_norm_backward", {"save_mean", "save_invstd"},
+                        SynthShape{shape(x)[1]}, {0, 1, 3, 4}},
+                       x, gamma, beta, label);
+}
+
+TensorId SynthNet::normalization(const Normalization& n, TensorId x, TensorId gamma, TensorId beta,
+                                 std::string_view label) {
   const std::vector<TensorId> r =
-      op("native_batch_norm", {x, gamma, beta}, {{label, shape(x)}, {"save_mean", c}, {"save_invstd", c}});
+      op(n.forward, {x, gamma, beta}, {{label, shape(x)}, {n.stat_names[0], n.stats}, {n.stat_names[1], n.stats}});
   const bool gx = requiresGrad(x);
   const bool gp = requiresGrad(gamma);
   setRequiresGrad(r[0], gx || gp);
   if (gx || gp) {
+    const std::string backward(n.backward);
+    const std::vector<int> backward_args = n.backward_args;
     record([=, this] {
       const TensorId gy = gradOf(r[0]);
       if (gy == kNoTensor) return;
@@ -195,7 +203,10 @@ TensorId SynthNet::batchNorm(TensorId x, TensorId gamma, TensorId beta, std::str
         rs.push_back({"grad", shape(gamma)});
         rs.push_back({"grad", shape(beta)});
       }
-      const std::vector<TensorId> g = op("native_batch_norm_backward", {gy, x, gamma, r[1], r[2]}, rs);
+      const TensorId saved[] = {x, gamma, beta, r[1], r[2]};
+      std::vector<TensorId> args{gy};
+      for (int i : backward_args) args.push_back(saved[i]);
+      const std::vector<TensorId> g = op(backward, args, rs);
       if (gx) accumulate(x, g[0]);
       if (gp) {
         accumulate(gamma, g[gx ? 1 : 0]);
@@ -344,31 +355,9 @@ TensorId SynthNet::linear(TensorId x, TensorId w, TensorId b, std::string_view l
 }
 
 TensorId SynthNet::layerNorm(TensorId x, TensorId gamma, TensorId beta, std::string_view label) {
-  const SynthShape rows{shape(x)[0], 1};
-  const std::vector<TensorId> r =
-      op("native_layer_norm", {x, gamma, beta}, {{label, shape(x)}, {"mean", rows}, {"rstd", rows}});
-  const bool gx = requiresGrad(x);
-  const bool gp = requiresGrad(gamma);
-  setRequiresGrad(r[0], gx || gp);
-  if (gx || gp) {
-    record([=, this] {
-      const TensorId gy = gradOf(r[0]);
-      if (gy == kNoTensor) return;
-      std::vector<SynthGraph::Result> rs;
-      if (gx) rs.push_back({"grad", shape(x)});
-      if (gp) {
-        rs.push_back({"grad", shape(gamma)});
-        rs.push_back({"grad", shape(beta)});
-      }
-      const std::vector<TensorId> g = op("native_layer_norm_backward", {gy, x, r[1], r[2], gamma, beta}, rs);
-      if (gx) accumulate(x, g[0]);
-      if (gp) {
-        accumulate(gamma, g[gx ? 1 : 0]);
-        accumulate(beta, g[gx ? 2 : 1]);
-      }
-    });
-  }
-  return r[0];
+  return normalization({"native_layer_norm", "native_layer_norm_backward", {"mean", "rstd"},
+                        SynthShape{shape(x)[0], 1}, {0, 3, 4, 1, 2}},
+                       x, gamma, beta, label);
 }
 
 TensorId SynthNet::embedding(TensorId table, TensorId ids, std::string_view label) {

@@ -104,6 +104,17 @@ class SynthNet {
                const std::vector<SynthShape>& cost_inputs = {}) {
     return op(name, args, {result}, cost_inputs)[0];
   }
+  // Batch and layer norm: the output and two statistics (`stats`, named as ATen names them);
+  // the backward (`backward`, given `backward_args` after the output's gradient: the input, the
+  // statistics and the affine parameters, indices into {x, gamma, beta, stat 1, stat 2}) gives
+  // the gradients of what needs one.
+  struct Normalization {
+    std::string_view forward, backward;
+    std::string_view stat_names[2];
+    SynthShape stats;
+    std::vector<int> backward_args;
+  };
+  TensorId normalization(const Normalization& n, TensorId x, TensorId gamma, TensorId beta, std::string_view label);
   // y = f(x) elementwise; its backward reads the gradient and y (saves_output) or x.
   TensorId elementwise(TensorId x, std::string_view forward, std::string_view backward, bool saves_output,
                        std::string_view label);
