@@ -216,7 +216,6 @@ class Residency {
                           const CUmemAllocationProp& prop, CUmemGenericAllocationHandle* handle);
   // Memory the program made that the shim counts but does not stand in for (NCCL's).
   void noteForeignCreate(CUmemGenericAllocationHandle handle, uint64_t bytes);
-  // cuMemRelease: CUDA_ERROR_NOT_FOUND when `handle` is not one of the shim's (the driver's then).
   // The program's cuMemRelease, cuMemMap, cuMemUnmap, cuMemSetAccess,
   // cuMemExportToShareableHandle, cuMemGetAllocationPropertiesFromHandle and
   // cuMemRetainAllocationHandle, for handles and addresses of the shim's; nullopt: none of
@@ -306,7 +305,6 @@ class Residency {
     CUmemAllocationProp prop{};
     uint32_t references = 1;  // cuMemCreate's, and each cuMemRetainAllocationHandle's
     uint32_t mappedAs = UINT32_MAX;  // the managed buffer of its one mapping
-    uint64_t mappedSerial = 0;
     uint32_t otherMappings = 0;  // mappings left to the program (pinned)
     bool pinned = false;  // exported, or mapped other than once whole: never moves again
     void* host = nullptr;  // its contents, while unmapped with its memory evicted
@@ -404,8 +402,6 @@ class Residency {
   ProgramHandle* programHandle(CUmemGenericAllocationHandle handle);
   // A handle whose contents are on the host gets physical memory and its contents back.
   CUresult backOnDevice(ProgramHandle& handle);
-  // Every managed buffer in [start, start + bytes) resident, held until releaseHeld().
-  void holdResident(CUdeviceptr start, uint64_t bytes, const char* why);
   void pinProgramBuffer(uint32_t id);
   CUresult makeResidentNow(uint32_t id);
   // The program unmapped it: the buffer ends, the handle keeps its memory or contents.
