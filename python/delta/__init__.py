@@ -20,8 +20,8 @@ from .allocator import library_path, use_pluggable_allocator
 from .recompute import Recomputable, Recomputer
 
 __all__ = [
-    "api_version", "is_active", "library_path", "mark_iteration", "pin", "recomputable", "stats",
-    "unpin", "use_pluggable_allocator", "version",
+    "api_version", "declare_extent", "is_active", "library_path", "mark_iteration", "pin",
+    "recomputable", "stats", "unpin", "use_pluggable_allocator", "version",
 ]
 
 
@@ -57,6 +57,17 @@ def pin(tensor_or_ptr):
 
 def unpin(tensor_or_ptr):
     return _lib.library().unpin(tensor_or_ptr)
+
+
+def declare_extent(tensor_or_ptr, nbytes=None):
+    """Tells the shim where a block of the framework's own virtual memory ends (PyTorch with
+    expandable_segments:True): a kernel's pointer into it then brings back only the mappings
+    under it. For a tensor, nbytes defaults to its storage's size. False when the memory is not
+    the framework's own or the shim is older than API version 3."""
+    if nbytes is None:
+        storage = tensor_or_ptr.untyped_storage()
+        return _lib.library().declare_extent(storage.data_ptr(), storage.nbytes())
+    return _lib.library().declare_extent(tensor_or_ptr, nbytes)
 
 
 _recomputer = None

@@ -48,6 +48,7 @@ _SIGNATURES = {
     "delta_is_dropped": (_int, [_ptr]),
     "delta_begin_recompute": (_int, [_ptr]),
     "delta_recomputed": (_int, [_ptr]),
+    "delta_declare_extent": (_int, [_ptr, ctypes.c_size_t]),
 }
 
 # What framework-managed recompute needs; all in API version 2.
@@ -112,6 +113,12 @@ class Library:
 
     def unpin(self, ptr):
         return self._call("delta_unpin", address(ptr)) == 0
+
+    def declare_extent(self, ptr, nbytes):
+        """A block of a framework's own virtual memory (PyTorch's expandable segments) at ptr
+        spans nbytes: a kernel's pointer into it reaches no further (delta.h, API version 3).
+        False when ptr is not in such memory or the library is older."""
+        return self._call("delta_declare_extent", address(ptr), max(0, int(nbytes))) == 0
 
     # ---- framework-managed recompute (API version 2) -------------------------------------
 

@@ -18,6 +18,7 @@ PROBE = r"""
 import json, delta
 report = dict(api_version=delta.api_version(), version=delta.version(),
               is_active=delta.is_active(), stats=delta.stats(), pin=delta.pin(0x1000),
+              declared=delta.declare_extent(0x1000, 4096),
               library_path=delta.library_path(),
               recomputable=delta.recomputable(lambda a, b: a * b)(6, 7))
 delta.mark_iteration()
@@ -53,6 +54,7 @@ class ProcessTest(unittest.TestCase):
         self.assertFalse(report["is_active"])
         self.assertIsNone(report["stats"])
         self.assertFalse(report["pin"])
+        self.assertFalse(report["declared"])
         self.assertIsNone(report["library_path"])
         self.assertEqual(report["recomputable"], 42)
         self.assertIn("not loaded", report["allocator_error"])
@@ -67,6 +69,7 @@ class ProcessTest(unittest.TestCase):
         self.assertFalse(report["is_active"], "no CUDA allocation was made")
         self.assertIsNone(report["stats"], "not active: no stats")
         self.assertFalse(report["pin"])
+        self.assertFalse(report["declared"], "not active: nothing is the framework's own memory")
         self.assertEqual(os.path.realpath(report["library_path"]), os.path.realpath(library))
         self.assertEqual(report["recomputable"], 42)
         self.assertNotIn("not loaded", report.get("allocator_error", ""))
@@ -108,6 +111,16 @@ class LibraryTest(unittest.TestCase):
 
         self.assertTrue(lib.pin(0x1000) and lib.pin(Tensor()))
         self.assertEqual(seen, [0x1000, 0x2000])
+
+    def test_declared_extents(self):
+        seen = []
+        lib = _lib.Library(FakeHandle(delta_api_version=lambda: 3,
+                                      delta_declare_extent=lambda ptr, n: seen.append((ptr, n)) or 0))
+        self.assertTrue(lib.declare_extent(0x1000, 4096))
+        self.assertTrue(lib.declare_extent(0x3000, -5))  # a size below 0 is none: forget it
+        self.assertEqual(seen, [(0x1000, 4096), (0x3000, 0)])
+        older = _lib.Library(FakeHandle(delta_api_version=lambda: 2))
+        self.assertFalse(older.declare_extent(0x1000, 4096), "absent: not declared")
 
     def test_stats_fields_follow_the_header(self):
         header = os.path.join(HERE, "..", "..", "shim", "include", "delta", "delta.h")
