@@ -35,8 +35,10 @@ enum class Work : uint8_t {
   kRuntimeMemcpyAsync,
   kRuntimeMemset,     // cudaMemset(ptr, value, count)
   kRuntimeMemsetAsync,
-  kCopy2D,            // cuMemcpy2D(Async)(pCopy[, stream]): the rows' spans, no array side
-  kRuntimeCopy2D,     // cudaMemcpy2D(Async)(dst, dpitch, src, spitch, width, height, kind[, stream])
+  kCopy2D,            // cuMemcpy2D(pCopy): the rows' spans, no array side
+  kCopy2DAsync,       // cuMemcpy2DAsync(pCopy, stream)
+  kRuntimeCopy2D,     // cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind)
+  kRuntimeCopy2DAsync,  // cudaMemcpy2DAsync(..., kind, stream)
   kOpaque,            // graphs, 3D/peer/batch/array/symbol copies: not analysed
 };
 
@@ -83,7 +85,7 @@ void buildRoutes() {
   D(cuMemsetD2D16Async, kMemset2D16);          DPT(cuMemsetD2D16Async_ptsz, kMemset2D16);
   D(cuMemsetD2D32Async, kMemset2D32);          DPT(cuMemsetD2D32Async_ptsz, kMemset2D32);
   D(cuMemcpy2D_v2, kCopy2D);                   DPT(cuMemcpy2D_v2_ptds, kCopy2D);
-  D(cuMemcpy2DAsync_v2, kCopy2D);              DPT(cuMemcpy2DAsync_v2_ptsz, kCopy2D);
+  D(cuMemcpy2DAsync_v2, kCopy2DAsync);         DPT(cuMemcpy2DAsync_v2_ptsz, kCopy2DAsync);
   D(cuMemcpy2DUnaligned_v2, kCopy2D);          DPT(cuMemcpy2DUnaligned_v2_ptds, kCopy2D);
   for (CUpti_CallbackId id : {
                               CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2_ptds,
@@ -111,7 +113,7 @@ void buildRoutes() {
   R(cudaMemsetAsync_v3020, kRuntimeMemsetAsync);       RPT(cudaMemsetAsync_ptsz_v7000, kRuntimeMemsetAsync);
   R(cudaGraphLaunch_v10000, kOpaque);                  RPT(cudaGraphLaunch_ptsz_v10000, kOpaque);
   R(cudaMemcpy2D_v3020, kRuntimeCopy2D);               RPT(cudaMemcpy2D_ptds_v7000, kRuntimeCopy2D);
-  R(cudaMemcpy2DAsync_v3020, kRuntimeCopy2D);          RPT(cudaMemcpy2DAsync_ptsz_v7000, kRuntimeCopy2D);
+  R(cudaMemcpy2DAsync_v3020, kRuntimeCopy2DAsync);     RPT(cudaMemcpy2DAsync_ptsz_v7000, kRuntimeCopy2DAsync);
   for (CUpti_CallbackId id : {CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_ptds_v7000,
                               CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DAsync_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DAsync_ptsz_v7000,
                               CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyPeer_v4000, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyPeerAsync_v4000,
@@ -410,14 +412,14 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data, CUpti_Cal
         stream = as<cuMemsetD2D8Async_params>(p).hStream;
       return memset(a.dstDevice, bytes, stream, perThread);
     }
-    case Work::kCopy2D: {
+    case Work::kCopy2D:
+    case Work::kCopy2DAsync: {
       // cuMemcpy2D, cuMemcpy2DUnaligned and cuMemcpy2DAsync all start with pCopy; the async
       // one's stream follows it.
       const CUDA_MEMCPY2D* c = as<cuMemcpy2D_v2_params>(p).pCopy;
       if (c == nullptr) return;
-      CUstream stream = nullptr;
-      if (std::strstr(data.functionName ? data.functionName : "", "Async"))
-        stream = as<cuMemcpy2DAsync_v2_params>(p).hStream;
+      const CUstream stream =
+          work == Work::kCopy2DAsync ? as<cuMemcpy2DAsync_v2_params>(p).hStream : nullptr;
       if (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY)
         return gContext->residency->prepareEverything(stream, perThread);
       auto at = [](CUmemorytype type, const void* host, CUdeviceptr device, size_t x, size_t y,
@@ -430,11 +432,13 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data, CUpti_Cal
                     at(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcPitch),
                     c->srcPitch, c->WidthInBytes, c->Height, stream, perThread);
     }
-    case Work::kRuntimeCopy2D: {
+    case Work::kRuntimeCopy2D:
+    case Work::kRuntimeCopy2DAsync: {
       auto& a = as<cudaMemcpy2D_v3020_params>(p);
-      CUstream stream = nullptr;
-      if (std::strstr(data.functionName ? data.functionName : "", "Async"))
-        stream = reinterpret_cast<CUstream>(as<cudaMemcpy2DAsync_v3020_params>(p).stream);
+      const CUstream stream =
+          work == Work::kRuntimeCopy2DAsync
+              ? reinterpret_cast<CUstream>(as<cudaMemcpy2DAsync_v3020_params>(p).stream)
+              : nullptr;
       return copy2D(reinterpret_cast<uint64_t>(a.dst), a.dpitch, reinterpret_cast<uint64_t>(a.src),
                     a.spitch, a.width, a.height, stream, perThread);
     }
