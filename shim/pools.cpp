@@ -84,7 +84,7 @@ CUevent EventPool::take() {
     return event;
   }
   CUevent event = nullptr;
-  if (api_.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
+  if (api_.cuEventCreate(&event, flags_) != CUDA_SUCCESS) return nullptr;
   return event;
 }
 

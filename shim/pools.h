@@ -57,16 +57,18 @@ class HostPool {
   uint64_t pageableFallbacks_ = 0;
 };
 
-// Events without timing (ordering only), made once and reused.
+// Events made once and reused: without timing (ordering only) unless `flags` say otherwise.
 class EventPool {
  public:
-  explicit EventPool(const DriverApi& api) : api_(api) {}
+  explicit EventPool(const DriverApi& api, unsigned flags = CU_EVENT_DISABLE_TIMING)
+      : api_(api), flags_(flags) {}
   CUevent take();  // nullptr when the driver cannot make one
   void give(CUevent event);  // nullptr is ignored
   size_t spare() const { return events_.size(); }
 
  private:
   const DriverApi& api_;
+  const unsigned flags_;
   std::vector<CUevent> events_;
 };
 

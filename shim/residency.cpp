@@ -58,6 +58,7 @@ Residency::Residency(const DriverApi& api, const ResidencyConfig& config,
       physical_(api),
       host_(api, config.hostLimitBytes),
       events_(api),
+      timingEvents_(api, CU_EVENT_DEFAULT),
       heldCounts_(new std::atomic<uint32_t>[kMaxBuffers]()) {
   buffers_.reserve(1024);
   workingSet_.reserve(64);
@@ -521,7 +522,8 @@ CUevent Residency::fenceOf(const void* thread) const {
   return nullptr;
 }
 
-void Residency::orderAfterRestore(Buffer& buffer, CUstream stream, bool perThreadStream) {
+void Residency::orderAfterRestore(Buffer& buffer, uint32_t id, CUstream stream,
+                                  bool perThreadStream) {
   if (buffer.restoreEvent == nullptr) return;
   if (api_.cuEventQuery(buffer.restoreEvent) == CUDA_SUCCESS) {
     events_.give(buffer.restoreEvent);
@@ -531,7 +533,33 @@ void Residency::orderAfterRestore(Buffer& buffer, CUstream stream, bool perThrea
   // Only work on the very stream the restore ran on is ordered after it already.
   const bool sameStream = stream == buffer.restoreStream &&
                           buffer.restoreThread == (perThreadStream ? thisThread() : nullptr);
-  if (!sameStream) api_.cuStreamWaitEvent(stream, buffer.restoreEvent, 0);
+  if (sameStream) return;
+  // A prefetch (or another stream's restore) still in flight: how long this stream stands
+  // still for it is what the prefetch failed to hide.
+  CUevent start = beginWaitTiming(stream);
+  api_.cuStreamWaitEvent(stream, buffer.restoreEvent, 0);
+  endWaitTiming(start, id, stream);
+}
+
+CUevent Residency::beginWaitTiming(CUstream stream) {
+  CUevent start = timingEvents_.take();
+  if (start != nullptr && api_.cuEventRecord(start, stream) != CUDA_SUCCESS) {
+    timingEvents_.give(start);
+    return nullptr;
+  }
+  return start;
+}
+
+void Residency::endWaitTiming(CUevent start, uint32_t id, CUstream stream) {
+  if (start == nullptr) return;
+  CUevent end = timingEvents_.take();
+  if (end == nullptr || api_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
+    timingEvents_.give(start);
+    timingEvents_.give(end);
+    return;
+  }
+  timings_.push_back(DeviceTiming{DeviceTiming::Kind::kRestoreWait, id, buffers_[id].serial, 0,
+                                  start, end, false});
 }
 
 void Residency::traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel, bool analysed,
@@ -673,7 +701,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
             what, kMaxRecomputeDepth);
     return CUDA_ERROR_UNKNOWN;
   }
-  if (!recomputeTimings_.empty()) pollRecomputeTimings();
+  if (!timings_.empty()) pollTimings();
 
   ReentryGuard guard;
   if (!inFlight_.empty()) {
@@ -757,7 +785,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   }
   for (uint32_t id : workingSet_) {
     Buffer& buffer = buffers_[id];
-    orderAfterRestore(buffer, stream, perThreadStream);
+    orderAfterRestore(buffer, id, stream, perThreadStream);
     recordUse(buffer, stream, perThreadStream);
     buffer.keepContents = false;
   }
@@ -996,9 +1024,9 @@ void Residency::deliverPlan(int64_t now) {
 Stats Residency::stats() {
   ReentryGuard guard;
   std::lock_guard lock(mutex_);
-  if (!recomputeTimings_.empty()) {
+  if (!timings_.empty()) {
     ReentryGuard guard;
-    pollRecomputeTimings();
+    pollTimings();
   }
   Stats copy = stats_;
   copy.pageableFallbacks = host_.pageableFallbacks();

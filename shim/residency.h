@@ -100,6 +100,10 @@ struct Stats {
   uint64_t recomputes = 0;          // dropped buffers regenerated
   uint64_t recomputeFailures = 0;   // callbacks that returned an error
   uint64_t recomputeNs = 0;         // device time of callback recomputes, as measured
+  // Device time the streams of the work stood still for restores (their own copy, or a
+  // prefetch still in flight), measured with timing events: what swapping cost the job itself,
+  // where stallNs is the host's wait.
+  uint64_t restoreWaitNs = 0;
   uint64_t deviceFull = 0;          // times the device refused memory the budget allowed
   uint64_t ceilingBytes = 0;        // the effective ceiling: the budget, or less (device full)
   uint64_t pointerTables = 0;       // allocations holding pointers to tracked buffers now
@@ -377,14 +381,18 @@ class Residency {
     };
     std::vector<Member> members;
   };
-  // A callback's device time, read once its events have completed.
-  struct RecomputeTiming {
+  // Device time between two events, read once they have completed: a callback's recompute
+  // (its cost, onRecomputeMeasured), or the time a stream stood still for a buffer's restore
+  // (its own copy on demand, or a prefetch still in flight when the work came; restoreWaitNs).
+  struct DeviceTiming {
+    enum class Kind : uint8_t { kRecompute, kRestoreWait };
+    Kind kind;
     uint32_t id;
     uint64_t serial;
-    int64_t estimateNs;
+    int64_t estimateNs;  // kRecompute: the hook's estimate
     CUevent start;
     CUevent end;
-    bool nested;  // inside another callback, whose own time already covers this one
+    bool nested;  // kRecompute inside another callback, whose own time already covers this one
   };
   struct Quarantined {  // freed, but work that used it may still run
     CUdeviceptr address;
@@ -494,7 +502,11 @@ class Residency {
   // Held by a launch prepared and not yet enqueued (any thread): not evictable now.
   bool isHeld(uint32_t id) const;
   bool ensureEvictStream();
-  void orderAfterRestore(Buffer& buffer, CUstream stream, bool perThreadStream);
+  void orderAfterRestore(Buffer& buffer, uint32_t id, CUstream stream, bool perThreadStream);
+  // Timing events around what makes `stream` wait for buffer `id` (a restore's copy, a wait
+  // for a prefetch in flight): begin before it, end after it; read by pollTimings.
+  CUevent beginWaitTiming(CUstream stream);
+  void endWaitTiming(CUevent start, uint32_t id, CUstream stream);
   void collect(const Touch& touch, std::vector<uint32_t>& ids);
   CUresult prepareLocked(std::unique_lock<std::mutex>& lock, CUstream stream,
                          bool perThreadStream, const Touch* touches, size_t count,
@@ -506,7 +518,9 @@ class Residency {
   // regenerated.
   CUresult remap(uint32_t id, std::span<const uint32_t> keep);
   void dropAgain(Buffer& buffer);
-  void pollRecomputeTimings();
+  // Reads the device timings whose events have completed, oldest first, and stops at the first
+  // still running (the rest are read by a later call).
+  void pollTimings();
   void deliverDropNotices();
   // Declared before the lock in the entry points that may drop buffers: delivers the drop
   // notices once the lock is released.
@@ -542,6 +556,7 @@ class Residency {
   PhysicalPool physical_;
   HostPool host_;
   EventPool events_;
+  EventPool timingEvents_;  // with timing: what work waited for, measured on the device
   AddressMap addresses_;
   PointerTables tables_;
   std::vector<PointerTables::Entry> tableScratch_;
@@ -604,7 +619,7 @@ class Residency {
   std::atomic<bool> anyRecomputable_{false};
   const void* recomputeOwner_ = nullptr;     // the thread running recompute callbacks
   std::condition_variable regenerated_;      // a regeneration ended, or the owner left
-  std::vector<RecomputeTiming> recomputeTimings_;
+  std::vector<DeviceTiming> timings_;
   uint64_t iterations_ = 0;
   uint64_t ceiling_ = UINT64_MAX;  // the device's own limit for managed memory, once known
   int64_t ceilingProbedNs_ = 0;

@@ -553,12 +553,16 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause,
       releasePhysical(buffer.mappedBytes, handle, buffer.program);
       continue;
     }
-    // On the stream of the work that needs it: that work is ordered after the copy.
+    // On the stream of the work that needs it: that work is ordered after the copy, and stands
+    // still for as long as the copy takes (measured, unless it is a prefetch on its own stream).
+    CUevent waitStart = prefetched ? nullptr : beginWaitTiming(stream);
     result = api_.cuMemcpyHtoDAsync_v2(buffer.address, buffer.host, buffer.bytes, stream);
     if (result != CUDA_SUCCESS) {
+      timingEvents_.give(waitStart);
       api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
       releasePhysical(buffer.mappedBytes, handle, buffer.program);
     } else {
+      endWaitTiming(waitStart, id, stream);
       h2dBusyUntilNs_ = std::max(start, h2dBusyUntilNs_) +
                         policy_->costs().transferNs(policy::Direction::kHostToDevice, buffer.bytes);
     }

@@ -124,8 +124,9 @@ CUresult Residency::runRecomputes(std::vector<RecomputeCall>& calls, CUstream st
                                                 kernel, 0});
     }
     if (start != nullptr && end != nullptr)
-      recomputeTimings_.push_back(RecomputeTiming{call.id, call.serial, call.hook.estimateNs, start,
-                                                  end, detail::recomputeDepth() > 1});
+      timings_.push_back(DeviceTiming{DeviceTiming::Kind::kRecompute, call.id, call.serial,
+                                      call.hook.estimateNs, start, end,
+                                      detail::recomputeDepth() > 1});
     else if (start != nullptr)
       api_.cuEventDestroy_v2(start);
     regenerated_.notify_all();
@@ -177,29 +178,35 @@ void Residency::dropAgain(Buffer& buffer) {
   if (id != AddressMap::kNone) policy_->onEvicted(id, policy::Action::kRecompute);
 }
 
-void Residency::pollRecomputeTimings() {
-  for (size_t i = 0; i < recomputeTimings_.size();) {
-    RecomputeTiming& timing = recomputeTimings_[i];
+void Residency::pollTimings() {
+  size_t done = 0;
+  for (; done < timings_.size(); ++done) {
+    DeviceTiming& timing = timings_[done];
     const CUresult state = api_.cuEventQuery(timing.end);
-    if (state == CUDA_ERROR_NOT_READY) {
-      ++i;
-      continue;
-    }
+    if (state == CUDA_ERROR_NOT_READY) break;
     float ms = 0;
     if (state == CUDA_SUCCESS &&
         api_.cuEventElapsedTime_v2(&ms, timing.start, timing.end) == CUDA_SUCCESS && ms >= 0) {
       const auto measured = static_cast<int64_t>(static_cast<double>(ms) * 1e6);
-      if (!timing.nested) stats_.recomputeNs += static_cast<uint64_t>(measured);
-      const Buffer& buffer = buffers_[timing.id];
-      policy_->onRecomputeMeasured(buffer.live && buffer.serial == timing.serial ? timing.id
-                                                                                 : policy::kNoBuffer,
-                                   timing.estimateNs, measured);
+      if (timing.kind == DeviceTiming::Kind::kRecompute) {
+        if (!timing.nested) stats_.recomputeNs += static_cast<uint64_t>(measured);
+        const Buffer& buffer = buffers_[timing.id];
+        policy_->onRecomputeMeasured(
+            buffer.live && buffer.serial == timing.serial ? timing.id : policy::kNoBuffer,
+            timing.estimateNs, measured);
+      } else {
+        stats_.restoreWaitNs += static_cast<uint64_t>(measured);
+      }
     }
-    api_.cuEventDestroy_v2(timing.start);
-    api_.cuEventDestroy_v2(timing.end);
-    recomputeTimings_[i] = recomputeTimings_.back();
-    recomputeTimings_.pop_back();
+    if (timing.kind == DeviceTiming::Kind::kRecompute) {
+      api_.cuEventDestroy_v2(timing.start);
+      api_.cuEventDestroy_v2(timing.end);
+    } else {
+      timingEvents_.give(timing.start);
+      timingEvents_.give(timing.end);
+    }
   }
+  timings_.erase(timings_.begin(), timings_.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
 bool Residency::hasDropNotices() { return !tDropNotices.empty(); }

@@ -231,9 +231,10 @@ void Shim::printSummary() {
             (unsigned long long)s.programMappings, (unsigned long long)s.programPinned,
             (unsigned long long)s.programExtents, mib(s.peakDeviceBytes));
   printAllocPathSummary();
-  logLine("summary: %.3f s waiting for evictions, %llu launches over budget, %llu launches not "
-          "analysed, %llu pageable host fallbacks",
-          s.stallNs / 1e9, (unsigned long long)s.overBudgetLaunches,
+  logLine("summary: %.3f s waiting for evictions (the host), %.3f s waiting for restores (the "
+          "device, measured), %llu launches over budget, %llu launches not analysed, %llu "
+          "pageable host fallbacks",
+          s.stallNs / 1e9, s.restoreWaitNs / 1e9, (unsigned long long)s.overBudgetLaunches,
           (unsigned long long)s.unanalysedLaunches, (unsigned long long)s.pageableFallbacks);
   // The same in one machine-readable line, for scripts and tests.
   logLine("stats budget_bytes=%llu peak_resident_bytes=%llu evictions=%llu restores=%llu "
@@ -243,7 +244,7 @@ void Shim::printSummary() {
           "ceiling_bytes=%llu pointer_tables=%llu evictions_ahead=%llu cancelled_evictions=%llu "
           "plans=%llu planning_ns=%llu plan_predicted_ns=%lld foreign_handles=%llu "
           "foreign_peak_bytes=%llu peak_device_bytes=%llu program_mappings=%llu "
-          "program_pinned=%llu%s",
+          "program_pinned=%llu restore_wait_ns=%llu%s",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
           (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
@@ -258,7 +259,8 @@ void Shim::printSummary() {
           (unsigned long long)s.planningNs, (long long)s.planPredictedNs,
           (unsigned long long)s.foreignHandles, (unsigned long long)s.foreignPeakBytes,
           (unsigned long long)s.peakDeviceBytes, (unsigned long long)s.programMappings,
-          (unsigned long long)s.programPinned, allocPathStatsKeys().c_str());
+          (unsigned long long)s.programPinned, (unsigned long long)s.restoreWaitNs,
+          allocPathStatsKeys().c_str());
 }
 
 }  // namespace delta::shim

@@ -77,6 +77,7 @@ TEST(ShimEndToEnd, NoPressureMeansNoMovement) {
   expectSameResultsWithinBudget(shimmed, baseline("64M"), 1024 * kMiB);
   EXPECT_EQ(shimmed.stat("evictions"), 0u);
   EXPECT_EQ(shimmed.stat("restores"), 0u);
+  EXPECT_EQ(shimmed.stat("restore_wait_ns"), 0u);
 }
 
 TEST(ShimEndToEnd, EvictsAndRestoresBitExactUnderABudget) {
@@ -214,6 +215,10 @@ TEST(ShimEndToEnd, PrefetchingIsOptionalAndBitExactEitherWay) {
   expectSameResultsWithinBudget(without, plain, 21 * kMiB);
   EXPECT_GT(with.stat("prefetches"), 0u) << "the delta policy learns this loop's pattern";
   EXPECT_EQ(without.stat("prefetches"), 0u);
+  // Every restore on demand, on the stream of the work that needs it: that work stands still
+  // for each copy, and the device's timing events say for how long.
+  EXPECT_GT(without.stat("restores"), 0u);
+  EXPECT_GT(without.stat("restore_wait_ns"), 0u);
 }
 
 TEST(ShimEndToEnd, SeveralHostThreadsAndStreams) {
