@@ -51,6 +51,7 @@ class DeltaPolicy : public Policy {
   void deliverPlan(Plan&& plan) override;
   // Plans adopted so far (each by replan or at a boundary).
   std::uint32_t plansAdopted() const { return plans_adopted_; }
+  std::uint32_t iterationBoundaries() const override { return pattern_.boundaries(); }
 
   const AccessPattern& pattern() const { return pattern_; }
   // The mode and window chosen for the learned iteration (planner.h); the configured mode and

@@ -94,6 +94,12 @@ class Policy {
   // prediction); `horizon_ns` is set to how far ahead that looks, for EvictRequest::not_before_ns.
   virtual std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& horizon_ns) const;
 
+  // Iteration boundaries the policy has seen so far, the caller's markers and those it found in
+  // the launches itself (0: it does not look for iterations). A caller that numbers buffers
+  // can number them the same way each iteration from there (the shim does: a learned pattern
+  // is keyed by buffer id).
+  virtual std::uint32_t iterationBoundaries() const { return 0; }
+
   const BufferTable& buffers() const { return table_; }
   const CostModel& costs() const { return costs_; }
 

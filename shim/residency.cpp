@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <functional>
 
 #include "shim/log.h"
 #include "shim/reentry_guard.h"
@@ -801,6 +802,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
     // A plan made meanwhile goes in first: this launch may be the boundary that adopts it.
     if (planner_.ready()) [[unlikely]] deliverPlan(now);
     policy_->onLaunch(launch);
+    if (policy_->iterationBoundaries() != boundariesSeen_) [[unlikely]] renumberAtBoundary();
     if (policy_->wantsPlan()) [[unlikely]] submitPlan();
   }
   traceWork(stream, work, kernel, work.kind != WorkInfo::Kind::kOpaque, now);
@@ -983,6 +985,21 @@ void Residency::markIteration() {
   if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
     trace->iteration(trace::IterationRecord{static_cast<uint64_t>(now), iterations_});
   ++iterations_;
+  renumberAtBoundary();
+}
+
+void Residency::renumberAtBoundary() {
+  const uint32_t boundaries = policy_->iterationBoundaries();
+  if (boundaries == boundariesSeen_) return;
+  boundariesSeen_ = boundaries;
+  // The policy learns the iteration by buffer id, and ids come back to freeIds_ in the order
+  // buffers are freed: taken and given back in the same order every iteration, they still come
+  // out rotated (a buffer freed before its neighbour's allocation takes that neighbour's id
+  // next time), so the same launch would name other ids in each iteration, and a learned
+  // iteration would predict nothing (LSTM under delta-play: 78 % of predicted uses missed).
+  // From the same set of free ids in the same order at the same point of each iteration, the
+  // same allocations get the same ids. O(f log f) for f free ids, once per iteration.
+  std::sort(freeIds_.begin(), freeIds_.end(), std::greater<>());
 }
 
 void Residency::submitPlan() {

@@ -521,6 +521,8 @@ class Residency {
   // Reads the device timings whose events have completed, oldest first, and stops at the first
   // still running (the rest are read by a later call).
   void pollTimings();
+  // At an iteration boundary the policy has seen (marked or found): free ids in one order.
+  void renumberAtBoundary();
   void deliverDropNotices();
   // Declared before the lock in the entry points that may drop buffers: delivers the drop
   // notices once the lock is released.
@@ -562,6 +564,7 @@ class Residency {
   std::vector<PointerTables::Entry> tableScratch_;
   std::vector<Buffer> buffers_;    // by policy id
   std::vector<uint32_t> freeIds_;
+  uint32_t boundariesSeen_ = 0;  // policy_->iterationBoundaries() at the last renumbering
   uint64_t resident_ = 0;
   uint64_t quarantinedBytes_ = 0;
   std::unique_ptr<CallStacks> stacks_;  // DELTA_TRACE_STACKS

@@ -247,5 +247,69 @@ TEST(ResidencyHolds, WhenEverythingIsHeldTheAllocationGoesOverBudgetAndSaysSo) {
   r->releaseHeld();
 }
 
+// Records the ids of each launch, per iteration, and counts the boundaries it is told of.
+class RecordingPolicy : public policy::Policy {
+ public:
+  explicit RecordingPolicy(const policy::PolicyConfig& config) : Policy(config) {}
+  std::string_view name() const override { return "recording"; }
+  void onIteration(std::int64_t now_ns) override {
+    Policy::onIteration(now_ns);
+    ++boundaries_;
+    launches_.emplace_back();
+  }
+  void onLaunch(const policy::Launch& launch) override {
+    Policy::onLaunch(launch);
+    if (!launches_.empty()) launches_.back().emplace_back(launch.buffers.begin(), launch.buffers.end());
+  }
+  std::uint32_t iterationBoundaries() const override { return boundaries_; }
+  // Per iteration, each launch's buffer ids.
+  const std::vector<std::vector<std::vector<policy::BufferId>>>& launches() const { return launches_; }
+
+ protected:
+  Rating rate(policy::BufferId, const policy::BufferState&, const policy::EvictRequest&) const override {
+    return {1.0, policy::Action::kSwap, true};
+  }
+
+ private:
+  std::uint32_t boundaries_ = 0;
+  std::vector<std::vector<std::vector<policy::BufferId>>> launches_;
+};
+
+TEST(ResidencyIds, TheSameAllocationsGetTheSameIdsEveryIteration) {
+  // A loop whose frees interleave with its allocations: b is freed before d is allocated, so
+  // with ids handed back in the order buffers were freed, every iteration would name its
+  // buffers differently (rotated: 0 1 2, then 1 2 0, ...) and a pattern learned by id would
+  // predict nothing. Renumbered at each boundary, each iteration repeats the first.
+  policy::PolicyConfig config;
+  config.max_buffers = 1u << 18;
+  auto owned = std::make_unique<RecordingPolicy>(config);
+  RecordingPolicy* recorder = owned.get();
+  ResidencyConfig residencyConfig;
+  residencyConfig.budgetBytes = 64 * kBuffer;  // never short: ids are all that is looked at
+  residencyConfig.hostLimitBytes = 1ull << 30;
+  residencyConfig.prefetch = false;
+  Residency r(fakeDriver(), residencyConfig, std::move(owned), kBuffer);
+  const std::vector<CUdeviceptr> weights = allocate(r, 1);
+  for (int iteration = 0; iteration < 5; ++iteration) {
+    r.markIteration();
+    const std::vector<CUdeviceptr> abc = allocate(r, 3);
+    ASSERT_EQ(prepare(r, kStream, {weights[0], abc[0], abc[1], abc[2]}), CUDA_SUCCESS);
+    r.releaseHeld();
+    ASSERT_TRUE(r.free(abc[1]));
+    const std::vector<CUdeviceptr> d = allocate(r, 1);
+    ASSERT_EQ(prepare(r, kStream, {weights[0], abc[0], abc[2], d[0]}), CUDA_SUCCESS);
+    r.releaseHeld();
+    ASSERT_TRUE(r.free(abc[0]));
+    ASSERT_TRUE(r.free(abc[2]));
+    ASSERT_TRUE(r.free(d[0]));
+  }
+  const auto& launches = recorder->launches();
+  ASSERT_EQ(launches.size(), 5u);
+  for (size_t i = 1; i < launches.size(); ++i) {
+    ASSERT_EQ(launches[i].size(), 2u);
+    EXPECT_EQ(launches[i], launches[0]) << "iteration " << i << " named its buffers differently";
+  }
+}
+
 }  // namespace
 }  // namespace delta::shim
