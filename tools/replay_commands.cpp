@@ -13,6 +13,7 @@
 #include "policy/simulator.h"
 #include "tools/cli_args.h"
 #include "tools/gpu_cost_model.h"
+#include "tools/played_sizes.h"
 #include "tools/trace_loader.h"
 
 namespace delta::tools {
@@ -41,6 +42,16 @@ constexpr std::string_view kSimHelp =
 const std::vector<OptionSpec> kSimOptions = {
     {"h2d-gbps", true}, {"d2h-gbps", true}, {"iterations", true}, {"warmup", true}, {"help", false},
     {"kineto", true},   {"gpu", true}};
+
+// replay and sweep: the workload as delta-play --scale N plays it under libdelta.so.
+constexpr std::string_view kAsPlayedHelp =
+    "  --as-played N     predict what delta-play --scale N measures under libdelta.so: every\n"
+    "                    size divided by N, buffers then below 1 MiB left out of the budget\n"
+    "                    (the shim leaves them unmanaged), the others rounded up to 2 MiB (its\n"
+    "                    mapping granularity); a budget in percent is of the peak as played;\n"
+    "                    the link is divided by N, as delta-play divides cudasim's\n"
+    "  --played-recompute  with --as-played: the run has delta-play's --recompute, whose\n"
+    "                    registered results keep their producer's inputs alive\n";
 
 int usage(std::string_view cmd, const std::string& msg) {
   fmt::print(stderr, "delta-trace {}: {} (see 'delta-trace {} --help')\n", cmd, msg, cmd);
@@ -89,6 +100,32 @@ std::string loadOptions(const CliArgs& a, LoadOptions& o) {
     o.kineto_path = *v;
   }
   return {};
+}
+
+// --as-played N and --played-recompute: the delta-play run a replay predicts (scale 0: none).
+struct AsPlayed {
+  std::uint64_t scale = 0;
+  bool recompute = false;
+};
+
+// Parses them, and divides the link by the scale; an error message or "".
+std::string asPlayedOption(const CliArgs& a, AsPlayed& played, SimOptions& o) {
+  played = {};
+  if (auto v = a.value("as-played")) {
+    auto x = parseCount(*v);
+    if (!x || *x == 0) return "bad --as-played '" + *v + "': expected delta-play's --scale, an integer >= 1";
+    played.scale = *x;
+    o.h2d_gbps /= static_cast<double>(played.scale);
+    o.d2h_gbps /= static_cast<double>(played.scale);
+  }
+  played.recompute = a.has("played-recompute");
+  if (played.recompute && played.scale == 0) return "--played-recompute goes with --as-played N";
+  return {};
+}
+
+void addAsPlayedOptions(std::vector<OptionSpec>& specs) {
+  specs.push_back({"as-played", true});
+  specs.push_back({"played-recompute", false});
 }
 
 std::string checkPolicy(const std::string& name) {
@@ -155,8 +192,10 @@ struct Loaded {
   std::uint64_t peak;
 };
 
+// `as_played`: the delta-play run predicted under the shim (played_sizes.h); none: the
+// workload as recorded.
 std::optional<Loaded> load(std::string_view cmd, const std::string& path, const LoadOptions& options,
-                           int& status) {
+                           int& status, const AsPlayed& as_played = {}) {
   std::vector<std::string> notes;
   policy::ImportResult r = loadWorkload(path, options, &notes);
   if (!r.error.empty()) {
@@ -165,6 +204,12 @@ std::optional<Loaded> load(std::string_view cmd, const std::string& path, const 
   }
   // What the importer inferred goes to stderr: stdout stays a table (or CSV) to parse.
   for (const std::string& note : notes) fmt::print(stderr, "delta-trace {}: {}: {}\n", cmd, path, note);
+  if (as_played.scale > 0) {
+    // Budgets are shares of the peak as played, as delta-play's played_peak_bytes.
+    Workload played = tools::played(r.workload, as_played.scale);
+    const std::uint64_t peak = played.peakBytes();
+    return Loaded{path, asManagedByShim(played, as_played.recompute), peak};
+  }
   const std::uint64_t peak = r.workload.peakBytes();
   return Loaded{path, std::move(r.workload), peak};
 }
@@ -182,6 +227,7 @@ int replayCommand(const std::vector<std::string>& args) {
   specs.push_back({"policy", true});
   specs.push_back({"budget", true});
   specs.push_back({"batch", true});
+  addAsPlayedOptions(specs);
   CliArgs a;
   if (std::string err = a.parse(args, specs); !err.empty()) return usage(cmd, err);
   if (a.has("help")) {
@@ -191,12 +237,14 @@ int replayCommand(const std::vector<std::string>& args) {
         "  --policy P        policy name (required)\n"
         "  --budget B        memory budget (required)\n"
         "  --batch F         scale activations and compute by F first (default 1)\n"
-        "{}",
-        kSimHelp);
+        "{}{}",
+        kAsPlayedHelp, kSimHelp);
     return 0;
   }
   SimOptions o;
   if (std::string err = simOptions(a, o); !err.empty()) return usage(cmd, err);
+  AsPlayed as_played;
+  if (std::string err = asPlayedOption(a, as_played, o); !err.empty()) return usage(cmd, err);
   const auto policy_name = a.value("policy");
   if (!policy_name) return usage(cmd, "--policy is required");
   if (std::string err = checkPolicy(*policy_name); !err.empty()) return usage(cmd, err);
@@ -213,8 +261,9 @@ int replayCommand(const std::vector<std::string>& args) {
   LoadOptions load_options;
   if (std::string err = loadOptions(a, load_options); !err.empty()) return usage(cmd, err);
   if (a.positional().size() != 1) return usage(cmd, "expected exactly one trace FILE");
+  if (as_played.scale > 0 && batch != 1.0) return usage(cmd, "--as-played and --batch do not go together");
   int status = 0;
-  auto loaded = load(cmd, a.positional()[0], load_options, status);
+  auto loaded = load(cmd, a.positional()[0], load_options, status, as_played);
   if (!loaded) return status;
   const Workload w = batch == 1.0 ? loaded->workload : loaded->workload.scaled(batch);
   o.budget_bytes = budget->bytesFor(loaded->peak);
@@ -242,6 +291,7 @@ int sweepCommand(const std::vector<std::string>& args) {
   specs.push_back({"policies", true});
   specs.push_back({"budgets", true});
   specs.push_back({"csv", false});
+  addAsPlayedOptions(specs);
   CliArgs a;
   if (std::string err = a.parse(args, specs); !err.empty()) return usage(cmd, err);
   if (a.has("help")) {
@@ -259,12 +309,14 @@ int sweepCommand(const std::vector<std::string>& args) {
         "                    (the overhead over oracle's on the same trace and budget: 1 for\n"
         "                    oracle; inf when only oracle's is 0; over-budget rows are not\n"
         "                    comparable)\n"
-        "{}",
-        kSimHelp);
+        "{}{}",
+        kAsPlayedHelp, kSimHelp);
     return 0;
   }
   SimOptions o;
   if (std::string err = simOptions(a, o); !err.empty()) return usage(cmd, err);
+  AsPlayed as_played;
+  if (std::string err = asPlayedOption(a, as_played, o); !err.empty()) return usage(cmd, err);
   const std::vector<std::string> policies = splitList(a.value("policies").value_or("delta,lru,dtr,swap-only,belady,oracle"));
   for (const std::string& p : policies) {
     if (std::string err = checkPolicy(p); !err.empty()) return usage(cmd, err);
@@ -284,7 +336,7 @@ int sweepCommand(const std::vector<std::string>& args) {
   std::vector<Loaded> files;
   for (const std::string& path : a.positional()) {
     int status = 0;
-    auto loaded = load(cmd, path, load_options, status);
+    auto loaded = load(cmd, path, load_options, status, as_played);
     if (!loaded) return status;
     files.push_back(std::move(*loaded));
   }

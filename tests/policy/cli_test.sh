@@ -40,6 +40,10 @@ expect 2 "expected exactly one trace FILE" replay --policy delta --budget 50%
 expect 2 "bad budget 'x' in --budgets" sweep --budgets 30%,x "$fx"
 expect 2 "unknown policy 'nope'" sweep --policies delta,nope "$fx"
 expect 2 "bad --max-overhead 'lots'" maxbatch --policy delta --budget 50% --max-overhead lots "$fx"
+expect 2 "bad --as-played '0'" replay --policy delta --budget 50% --as-played 0 "$fx"
+expect 2 "--played-recompute goes with --as-played N" sweep --played-recompute "$fx"
+expect 2 "--as-played and --batch do not go together" replay --policy delta --budget 50% --as-played 8 --batch 2 "$fx"
+expect 2 "unknown option '--as-played'" maxbatch --policy delta --budget 50% --as-played 8 "$fx"
 expect 1 "No such file or directory" replay --policy delta --budget 50% "$tmp/missing.log"
 expect 1 "unrecognised trace format" replay --policy delta --budget 50% "$tmp/bad.txt"
 expect 1 "bad.log:1: unknown instruction \"NOPE\"" replay --policy delta --budget 50% "$tmp/bad.log"
@@ -97,6 +101,12 @@ grep -Eq '^plan +(mixed|swap-only|recompute-only)(/net|/on-demand)?(/fresh)? \(p
   { echo "FAIL: maxbatch of an ET" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 "$bin" maxbatch --policy delta --budget 100% --max-overhead 20% "$fx" >"$tmp/out" 2>&1 &&
   grep -q '^max batch factor' "$tmp/out" || { echo "FAIL: maxbatch" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
+
+# As delta-play --scale 8 plays it under the shim: the fixture's buffers all fall below 1 MiB,
+# so nothing is managed, and nothing is short whatever the budget.
+"$bin" replay --policy delta --budget 10% --as-played 8 --played-recompute "$fx" >"$tmp/out" 2>&1 &&
+  grep -q '^overhead  *0.00 %' "$tmp/out" && grep -q '^peak  *0 bytes' "$tmp/out" ||
+  { echo "FAIL: replay --as-played" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 
 [ "$failures" = 0 ] && echo "cli: all passed"
 exit "$failures"

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "tools/played_sizes.h"
+
 namespace delta::play {
 
 namespace {
@@ -70,8 +72,7 @@ uint64_t PlayPlan::expected(uint32_t iteration, const Param& param) const {
 }
 
 uint64_t PlayPlan::scaledBytes(uint64_t bytes, uint64_t scale) {
-  const uint64_t scaled = (bytes + scale - 1) / std::max<uint64_t>(scale, 1);
-  return std::max<uint64_t>((scaled + 7) / 8 * 8, 64);
+  return tools::playedBytes(bytes, scale);
 }
 
 std::vector<uint64_t> PlayPlan::tokenOffsets(uint64_t bytes) {

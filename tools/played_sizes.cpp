@@ -1,0 +1,85 @@
+// A workload as delta-play plays it under libdelta.so: see played_sizes.h.
+#include "tools/played_sizes.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "tools/play/play_plan.h"
+
+namespace delta::tools {
+
+std::uint64_t playedBytes(std::uint64_t bytes, std::uint64_t scale) {
+  const std::uint64_t scaled = (bytes + scale - 1) / std::max<std::uint64_t>(scale, 1);
+  return std::max<std::uint64_t>((scaled + 7) / 8 * 8, 64);
+}
+
+policy::Workload played(const policy::Workload& workload, std::uint64_t scale) {
+  policy::Workload out = workload;
+  for (policy::WorkloadBuffer& b : out.buffers) b.bytes = playedBytes(b.bytes, scale);
+  return out;
+}
+
+namespace {
+
+// The op after which delta-play --recompute frees each buffer (-1: never, within the
+// iteration), following its holds (tools/play/delta_play.cpp, Player::step and the frees).
+std::vector<std::int32_t> freesWithRecompute(const policy::Workload& played, const ShimGranularity& shim) {
+  const play::PlayPlan plan(played);
+  const std::size_t n = played.buffers.size();
+  std::vector<std::int32_t> freed_at(n, -1);
+  std::vector<bool> registered(n, false), program_freed(n, false);
+  std::vector<std::uint32_t> holds(n, 0);
+  std::int32_t op_index = 0;
+  auto free_now = [&](policy::BufferId b) {
+    program_freed[b] = false;
+    freed_at[b] = op_index;
+  };
+  auto unregister = [&](policy::BufferId b) {
+    if (!registered[b]) return;
+    registered[b] = false;
+    for (policy::BufferId input : plan.producerInputs(b)) {
+      if (holds[input] > 0 && --holds[input] == 0 && program_freed[input]) free_now(input);
+    }
+  };
+  for (const policy::WorkloadOp& op : played.ops) {
+    for (policy::BufferId w : op.writes) {
+      for (policy::BufferId d : plan.dependents(w)) unregister(d);
+      unregister(w);
+    }
+    for (policy::BufferId b : op.allocs) {
+      // Registered only where the shim manages the buffer (it refuses the others).
+      if (plan.recomputable(b) && played.buffers[b].bytes >= shim.min_bytes) {
+        registered[b] = true;
+        for (policy::BufferId input : plan.producerInputs(b)) ++holds[input];
+      }
+    }
+    for (policy::BufferId b : op.frees) {
+      program_freed[b] = true;
+      unregister(b);
+      if (holds[b] == 0) free_now(b);
+    }
+    ++op_index;
+  }
+  return freed_at;
+}
+
+}  // namespace
+
+policy::Workload asManagedByShim(const policy::Workload& played, bool recompute,
+                                 const ShimGranularity& shim) {
+  policy::Workload out = played;
+  if (recompute) {
+    const std::vector<std::int32_t> freed_at = freesWithRecompute(played, shim);
+    for (policy::WorkloadOp& op : out.ops) op.frees.clear();
+    for (policy::BufferId b = 0; b < out.buffers.size(); ++b) {
+      if (freed_at[b] >= 0) out.ops[static_cast<std::size_t>(freed_at[b])].frees.push_back(b);
+    }
+  }
+  const std::uint64_t granule = std::max<std::uint64_t>(shim.granule, 1);
+  for (policy::WorkloadBuffer& b : out.buffers) {
+    b.bytes = b.bytes < shim.min_bytes ? 0 : (b.bytes + granule - 1) / granule * granule;
+  }
+  return out;
+}
+
+}  // namespace delta::tools
