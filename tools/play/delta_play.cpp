@@ -414,6 +414,10 @@ class Player {
   void unregisterRecompute(BufferId b) {
     if (!registered_[b]) return;
     if (unregister_ != nullptr) unregister_(ptr_[b]);
+    forgetRecompute(b);
+  }
+  // The player's side of a registration ending: its inputs are no longer held for it.
+  void forgetRecompute(BufferId b) {
     registered_[b] = false;
     for (BufferId input : plan_.producerInputs(b)) release(input);
   }
@@ -421,8 +425,16 @@ class Player {
   // ---- frees ----
   void programFree(BufferId b) {
     programFreed_[b] = true;
+    if (holds_[b] == 0) {
+      // Freed now: the free takes the registration with it (delta_unregister would first
+      // regenerate a dropped buffer, only for it to be freed).
+      if (registered_[b]) forgetRecompute(b);
+      freeNow(b);
+      return;
+    }
+    // Kept for the results that need it: no longer the program's, so no longer registered
+    // (what it was computed from may go), and regenerated now if it was dropped.
     if (registered_[b]) unregisterRecompute(b);
-    if (holds_[b] == 0) freeNow(b);
   }
   void release(BufferId b) {
     if (holds_[b] > 0 && --holds_[b] == 0 && programFreed_[b]) freeNow(b);
