@@ -993,10 +993,11 @@ void Residency::renumberAtBoundary() {
   if (boundaries == boundariesSeen_) return;
   boundariesSeen_ = boundaries;
   // The policy learns the iteration by buffer id, and ids come back to freeIds_ in the order
-  // buffers are freed: taken and given back in the same order every iteration, they still come
-  // out rotated (a buffer freed before its neighbour's allocation takes that neighbour's id
-  // next time), so the same launch would name other ids in each iteration, and a learned
-  // iteration would predict nothing (LSTM under delta-play: 78 % of predicted uses missed).
+  // buffers are freed. With the same allocations and frees every iteration they still come out
+  // rotated (a buffer freed before another is allocated lends it its id, so each iteration
+  // starts from a permutation of the last one's list): the same launch would name other ids in
+  // each iteration, and a learned iteration would predict nothing (LSTM under delta-play: 78 %
+  // of predicted uses missed).
   // From the same set of free ids in the same order at the same point of each iteration, the
   // same allocations get the same ids. O(f log f) for f free ids, once per iteration.
   std::sort(freeIds_.begin(), freeIds_.end(), std::greater<>());

@@ -1,6 +1,7 @@
 // The residency manager against a fake driver (tests/common/fake_driver.h): the launch path's
-// written rules (residency.h) checked by counting what reaches the driver, and holds: a buffer
-// a prepared launch holds is never evicted, and the eviction takes the next victim instead.
+// written rules (residency.h) checked by counting what reaches the driver; holds: a buffer a
+// prepared launch holds is never evicted, and the eviction takes the next victim instead; and
+// ids: the same allocations get the same ids in every iteration (the policy learns by id).
 #include "shim/residency.h"
 
 #include <gtest/gtest.h>
