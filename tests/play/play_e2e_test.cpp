@@ -132,6 +132,58 @@ TEST(DeltaPlay, EveryTokenKeptUnderTheShimWithEveryPolicy) {
   }
 }
 
+// `delta-trace replay --as-played N [--played-recompute]` models the workload as the player
+// runs it under the shim (tools/played_sizes.h): with the budget never short, the peak it
+// replays is the managed peak the shim reports, to the byte, whatever the scale (buffers
+// falling below the shim's threshold, rounding to granules) and with --recompute's inputs kept
+// alive.
+TEST(DeltaPlay, TheAsPlayedReplayHoldsWhatTheShimHolds) {
+  // The synthetic nets here, and two delta-trace synth families whose temporaries are freed
+  // early: there what --recompute keeps alive raises the peak (by a tenth to a half).
+  struct Case {
+    std::string name;
+    std::string trace;
+    std::vector<const char*> scales;
+  };
+  std::vector<Case> cases;
+  for (const Shape& shape : kShapes)
+    cases.push_back({shape.name, writeTemporary(delta::testing::syntheticDtrLog(shape.net)), {"1", "4"}});
+  for (const char* family : {"gan", "deep-residual"}) {
+    const std::string trace = writeTemporary("");
+    Outcome made = run({gDeltaTrace, "synth", "--family", family, "--seed", "2", "-o", trace});
+    ASSERT_EQ(made.status, 0) << made.err;
+    cases.push_back({family, trace, {"8", "16"}});
+  }
+  for (const Case& c : cases) {
+    const std::string& trace = c.trace;
+    for (const char* scale : c.scales) {
+      for (bool recompute : {false, true}) {
+        SCOPED_TRACE(c.name + ", scale " + scale + (recompute ? ", --recompute" : ""));
+        std::vector<std::string> argv = {gPlay, "--scale", scale, "--iterations", "2", trace};
+        if (recompute) argv.insert(argv.begin() + 1, "--recompute");
+        Outcome shimmed = run(argv, underShim({"DELTA_BUDGET=8G", "CUDASIM_DEVICE_MEMORY=16G"}));
+        ASSERT_EQ(shimmed.status, 0) << shimmed.out << shimmed.err;
+        // Without a buffer to manage (every one below the threshold once scaled) the shim never
+        // starts, and reports nothing: it held 0 bytes.
+        const bool started = shimmed.stat("peak_resident_bytes") != ~0ull;
+        const uint64_t shimPeak = started ? shimmed.stat("peak_resident_bytes") : 0;
+        if (started) {
+          EXPECT_EQ(shimmed.stat("evictions") + shimmed.stat("drops"), 0u) << "the budget was short";
+        }
+        std::vector<std::string> replay = {gDeltaTrace, "replay", "--policy", "lru", "--budget", "64GiB",
+                                           "--as-played", scale, trace};
+        if (recompute) replay.insert(replay.end() - 1, "--played-recompute");
+        Outcome replayed = run(replay);
+        ASSERT_EQ(replayed.status, 0) << replayed.out << replayed.err;
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(replayed.out, m, std::regex(R"(\npeak +([0-9]+) bytes)"))) << replayed.out;
+        EXPECT_EQ(std::stoull(m[1]), shimPeak) << shimmed.err;
+      }
+    }
+    std::remove(trace.c_str());
+  }
+}
+
 // Under memory pressure, with DELTA_PLAN=1, delta plans the iteration it learned on the shim's
 // planner thread: the plan reaches the stats, the summary and the trace, and the job keeps
 // every token. Without DELTA_PLAN (the default) nothing is planned. (Launches
