@@ -184,6 +184,38 @@ TEST(DeltaPlay, TheAsPlayedReplayHoldsWhatTheShimHolds) {
   }
 }
 
+// Results that are made, never read and freed: under a budget that holds two of six, the
+// shim drops them (recomputable, never used again), and the player frees each with its
+// registration. Regenerating a dropped buffer only to free it (what unregistering first did:
+// one recompute per drop) is work no framework does.
+TEST(DeltaPlay, AResultFreedWhileDroppedIsNotRegeneratedFirst) {
+  std::string log = R"({"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}
+{"INSTRUCTION":"CONSTANT","NAME":"x"}
+{"INSTRUCTION":"MEMORY","NAME":"x","MEMORY":"4194304"}
+)";
+  for (int k = 1; k <= 6; ++k) {
+    const std::string t = "\"t" + std::to_string(k) + "\"";
+    log += R"({"INSTRUCTION":"CALL","NAME":"make","ARGS":["x"],"RESULT":[)" + t + R"(],"TIME":"100000"})" "\n";
+    log += R"({"INSTRUCTION":"MEMORY","NAME":)" + t + R"(,"MEMORY":"4194304"})" "\n";
+    log += R"({"INSTRUCTION":"ALIAS","NAME":)" + t + R"(,"ALIAS":"-1"})" "\n";
+  }
+  for (int k = 1; k <= 6; ++k) log += R"({"INSTRUCTION":"RELEASE","NAME":"t)" + std::to_string(k) + "\"}\n";
+  const std::string trace = writeTemporary(log);
+  Outcome plain = run({gPlay, trace});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  for (const char* policy : {"recompute-only", "delta"}) {
+    SCOPED_TRACE(policy);
+    Outcome shimmed = run({gPlay, "--recompute", trace},
+                          underShim({"DELTA_BUDGET=12M", std::string("DELTA_POLICY=") + policy,
+                                     "CUDASIM_DEVICE_MEMORY=16G"}));
+    ASSERT_EQ(shimmed.status, 0) << shimmed.out << shimmed.err;
+    EXPECT_EQ(summary(shimmed)["tokens"], summary(plain)["tokens"]);
+    EXPECT_GT(shimmed.stat("drops"), 0u) << shimmed.err;
+    EXPECT_EQ(shimmed.stat("recomputes"), 0u) << shimmed.err;
+  }
+  std::remove(trace.c_str());
+}
+
 // Under memory pressure, with DELTA_PLAN=1, delta plans the iteration it learned on the shim's
 // planner thread: the plan reaches the stats, the summary and the trace, and the job keeps
 // every token. Without DELTA_PLAN (the default) nothing is planned. (Launches
