@@ -523,8 +523,7 @@ CUevent Residency::fenceOf(const void* thread) const {
   return nullptr;
 }
 
-void Residency::orderAfterRestore(Buffer& buffer, uint32_t id, CUstream stream,
-                                  bool perThreadStream) {
+void Residency::orderAfterRestore(Buffer& buffer, CUstream stream, bool perThreadStream) {
   if (buffer.restoreEvent == nullptr) return;
   if (api_.cuEventQuery(buffer.restoreEvent) == CUDA_SUCCESS) {
     events_.give(buffer.restoreEvent);
@@ -539,7 +538,7 @@ void Residency::orderAfterRestore(Buffer& buffer, uint32_t id, CUstream stream,
   // still for it is what the prefetch failed to hide.
   CUevent start = beginWaitTiming(stream);
   api_.cuStreamWaitEvent(stream, buffer.restoreEvent, 0);
-  endWaitTiming(start, id, stream);
+  endWaitTiming(start, stream);
 }
 
 CUevent Residency::beginWaitTiming(CUstream stream) {
@@ -551,7 +550,7 @@ CUevent Residency::beginWaitTiming(CUstream stream) {
   return start;
 }
 
-void Residency::endWaitTiming(CUevent start, uint32_t id, CUstream stream) {
+void Residency::endWaitTiming(CUevent start, CUstream stream) {
   if (start == nullptr) return;
   CUevent end = timingEvents_.take();
   if (end == nullptr || api_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
@@ -559,8 +558,7 @@ void Residency::endWaitTiming(CUevent start, uint32_t id, CUstream stream) {
     timingEvents_.give(end);
     return;
   }
-  timings_.push_back(DeviceTiming{DeviceTiming::Kind::kRestoreWait, id, buffers_[id].serial, 0,
-                                  start, end, false});
+  timings_.push_back(DeviceTiming{DeviceTiming::Kind::kRestoreWait, 0, 0, 0, start, end, false});
 }
 
 void Residency::traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel, bool analysed,
@@ -786,7 +784,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   }
   for (uint32_t id : workingSet_) {
     Buffer& buffer = buffers_[id];
-    orderAfterRestore(buffer, id, stream, perThreadStream);
+    orderAfterRestore(buffer, stream, perThreadStream);
     recordUse(buffer, stream, perThreadStream);
     buffer.keepContents = false;
   }

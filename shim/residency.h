@@ -387,7 +387,7 @@ class Residency {
   struct DeviceTiming {
     enum class Kind : uint8_t { kRecompute, kRestoreWait };
     Kind kind;
-    uint32_t id;
+    uint32_t id;         // kRecompute: the buffer regenerated, and its serial
     uint64_t serial;
     int64_t estimateNs;  // kRecompute: the hook's estimate
     CUevent start;
@@ -502,11 +502,11 @@ class Residency {
   // Held by a launch prepared and not yet enqueued (any thread): not evictable now.
   bool isHeld(uint32_t id) const;
   bool ensureEvictStream();
-  void orderAfterRestore(Buffer& buffer, uint32_t id, CUstream stream, bool perThreadStream);
-  // Timing events around what makes `stream` wait for buffer `id` (a restore's copy, a wait
-  // for a prefetch in flight): begin before it, end after it; read by pollTimings.
+  void orderAfterRestore(Buffer& buffer, CUstream stream, bool perThreadStream);
+  // Timing events around what makes `stream` wait for a restore (its copy, a wait for a
+  // prefetch in flight): begin before it, end after it; read by pollTimings.
   CUevent beginWaitTiming(CUstream stream);
-  void endWaitTiming(CUevent start, uint32_t id, CUstream stream);
+  void endWaitTiming(CUevent start, CUstream stream);
   void collect(const Touch& touch, std::vector<uint32_t>& ids);
   CUresult prepareLocked(std::unique_lock<std::mutex>& lock, CUstream stream,
                          bool perThreadStream, const Touch* touches, size_t count,

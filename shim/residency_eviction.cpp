@@ -562,7 +562,7 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause,
       api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
       releasePhysical(buffer.mappedBytes, handle, buffer.program);
     } else {
-      endWaitTiming(waitStart, id, stream);
+      endWaitTiming(waitStart, stream);
       h2dBusyUntilNs_ = std::max(start, h2dBusyUntilNs_) +
                         policy_->costs().transferNs(policy::Direction::kHostToDevice, buffer.bytes);
     }
