@@ -83,10 +83,8 @@ TEST(PlayPlan, RecomputeKnowsWhatAResultNeedsAndWhatAnInPlaceWriteSpoils) {
   EXPECT_TRUE(plan.dependents(2).empty());
 }
 
-TEST(PlayPlan, ScaledSizesAndTokenPlaces) {
-  EXPECT_EQ(PlayPlan::scaledBytes(1 << 20, 16), 65536u);
-  EXPECT_EQ(PlayPlan::scaledBytes(100, 1), 104u);   // a multiple of 8
-  EXPECT_EQ(PlayPlan::scaledBytes(4, 16), 64u);     // room for three tokens
+// Scaled sizes: played_sizes_test (tools::playedBytes).
+TEST(PlayPlan, TokenPlaces) {
   EXPECT_EQ(PlayPlan::tokenOffsets(64), (std::vector<uint64_t>{0, 32, 56}));
   EXPECT_EQ(PlayPlan::tokenOffsets(4096), (std::vector<uint64_t>{0, 2048, 4088}));
   EXPECT_EQ(PlayPlan::tokenOffsets(8), (std::vector<uint64_t>{0}));

@@ -44,6 +44,7 @@
 
 #include "shim/include/delta/delta.h"
 #include "tools/play/play_plan.h"
+#include "tools/played_sizes.h"
 #include "tools/trace_loader.h"
 #ifdef DELTA_PLAY_CUDA
 #include "tools/play/play_kernel.h"  // the real-CUDA build: kernels in play_kernels.cu
@@ -550,16 +551,12 @@ int main(int argc, char** argv) {
   const PlayPlan plan(workload);
   gShared.plan = &plan;
   gShared.breakOp = o.breakOp;
+  // Every size as played; what a budget must be measured against is the peak as played
+  // (DELTA_BUDGET is in those bytes).
+  const delta::policy::Workload played = delta::tools::played(workload, o.scale);
   gShared.bytes.resize(workload.buffers.size());
-  for (BufferId b = 0; b < workload.buffers.size(); ++b)
-    gShared.bytes[b] = PlayPlan::scaledBytes(workload.buffers[b].bytes, o.scale);
-  // What a budget must be measured against: the peak as played (DELTA_BUDGET is in those bytes).
-  uint64_t playedPeak = 0;
-  {
-    delta::policy::Workload played = workload;
-    for (auto& b : played.buffers) b.bytes = gShared.bytes[&b - played.buffers.data()];
-    playedPeak = played.peakBytes();
-  }
+  for (BufferId b = 0; b < workload.buffers.size(); ++b) gShared.bytes[b] = played.buffers[b].bytes;
+  const uint64_t playedPeak = played.peakBytes();
   // What scaling does to a memory shim: buffers that fall below its 1 MiB threshold (left
   // unmanaged) and the 2 MiB granularity each managed one is rounded to, as shares of all the
   // bytes the trace allocates; neither scales with the trace.

@@ -3,8 +3,6 @@
 
 #include <algorithm>
 
-#include "tools/played_sizes.h"
-
 namespace delta::play {
 
 namespace {
@@ -69,10 +67,6 @@ uint64_t PlayPlan::expected(uint32_t iteration, const Param& param) const {
   if (param.producer < 0) return 0;
   if (!param.previousIteration) return serial(iteration, static_cast<size_t>(param.producer));
   return iteration == 0 ? 0 : serial(iteration - 1, static_cast<size_t>(param.producer));
-}
-
-uint64_t PlayPlan::scaledBytes(uint64_t bytes, uint64_t scale) {
-  return tools::playedBytes(bytes, scale);
 }
 
 std::vector<uint64_t> PlayPlan::tokenOffsets(uint64_t bytes) {

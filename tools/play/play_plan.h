@@ -52,9 +52,6 @@ class PlayPlan {
   // The serial `param` of `op` must find in iteration `iteration` (inputs only).
   uint64_t expected(uint32_t iteration, const Param& param) const;
 
-  // A buffer's size once every size is divided by `scale`: a multiple of 8, at least 64 bytes
-  // (room for the tokens at its start, middle and end).
-  static uint64_t scaledBytes(uint64_t bytes, uint64_t scale);
   // Where the tokens of a buffer of `bytes` (scaled) lie: offsets, distinct, 8-byte aligned.
   static std::vector<uint64_t> tokenOffsets(uint64_t bytes);
   // The token of `serial` in `buffer`: a different value in every buffer, so that one buffer's
