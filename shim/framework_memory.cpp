@@ -237,7 +237,6 @@ void Residency::endProgramBuffer(uint32_t id, int64_t now) {
   Buffer& buffer = buffers_[id];
   ProgramHandle* handle = buffer.program;
   if (buffer.table) tables_.erase(buffer.address);
-  for (int u = 0; u < buffer.useCount; ++u) events_.give(buffer.uses[u].event);
   events_.give(buffer.restoreEvent);
   if (buffer.evicting) evictingBytes_ -= buffer.mappedBytes;
   if (buffer.state == State::kResident) {

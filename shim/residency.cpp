@@ -28,9 +28,19 @@ struct HeldLaunch {
   std::vector<uint32_t> ids;
   bool perThreadStream = false;  // the work went to this thread's default stream
   CUevent fence = nullptr;       // then: this thread's fence, recorded once the work is in
+  CUevent mark = nullptr;        // else, once memory has been short: its launch mark, recorded
+  CUstream markStream = nullptr;  // once the work is in this stream
 };
 thread_local std::vector<HeldLaunch> tHeld;
 thread_local size_t tHeldDepth = 0;
+
+// Under the residency lock. What a first pass held, while the work's dropped buffers were
+// regenerated, is replaced.
+void hold(HeldLaunch& launch, const std::vector<uint32_t>& ids, std::atomic<uint32_t>* counts) {
+  for (uint32_t id : launch.ids) counts[id].fetch_sub(1, std::memory_order_relaxed);
+  launch.ids.assign(ids.begin(), ids.end());
+  for (uint32_t id : launch.ids) counts[id].fetch_add(1, std::memory_order_relaxed);
+}
 
 thread_local char tThreadToken;
 constexpr int kMaxLinkDepth = 4;
@@ -106,9 +116,18 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   static const std::vector<uint32_t> kNothing;
   const int64_t now = nowNs();
   if (!deviceFreeChecked_) checkDeviceFree();
-  if (CUresult room = makeRoom(mapped, kNothing, now, 0); room != CUDA_SUCCESS) {
-    freeIds_.push_back(id);
-    return room;
+  // Memory short, and a buffer of this size freed with work still queued on it: its memory,
+  // without waiting for that work (the program's queue is often far ahead of the device).
+  CUmemGenericAllocationHandle adopted = 0;
+  CUevent adoptedAfter = nullptr;
+  CUstream adoptedStream = nullptr;
+  if (deviceBytes() + mapped > limitLocked() && !quarantine_.empty()) [[unlikely]]
+    adoptQuarantined(mapped, &adopted, &adoptedAfter, &adoptedStream);
+  if (adopted == 0) {
+    if (CUresult room = makeRoom(mapped, kNothing, now, 0); room != CUDA_SUCCESS) {
+      freeIds_.push_back(id);
+      return room;
+    }
   }
   if (deviceBytes() + mapped > config_.budgetBytes) {
     stats_.overBudgetAllocations++;
@@ -126,18 +145,36 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
     freeIds_.push_back(id);
     return r;
   }
-  CUmemGenericAllocationHandle handle = 0;
-  CUresult result = acquireOrEvict(mapped, &handle, {}, 0);
+  CUmemGenericAllocationHandle handle = adopted;
+  CUresult result = adopted != 0 ? CUDA_SUCCESS : acquireOrEvict(mapped, &handle, {}, 0);
   if (result == CUDA_SUCCESS) {
     result = mapAt(address, mapped, handle);
-    if (result != CUDA_SUCCESS) physical_.release(mapped, handle);
+    if (result != CUDA_SUCCESS && adopted != 0) {
+      // Still mapped where the freed buffer was, and maybe in use there: back to its entry.
+      for (Quarantined& entry : quarantine_)
+        if (entry.lent && entry.handle == adopted) {
+          entry.lent = false;
+          quarantinedBytes_ += mapped;
+          break;
+        }
+    } else if (result != CUDA_SUCCESS) {
+      physical_.release(mapped, handle);
+    }
   }
   if (result != CUDA_SUCCESS) {
+    events_.give(adoptedAfter);
     addressCache_.emplace(mapped, address);
     freeIds_.push_back(id);
     return result;
   }
   Buffer& buffer = startBuffer(id, address, bytes, mapped, handle);
+  if (adoptedAfter != nullptr) {
+    // Its first use on another stream waits for the freed buffer's last (orderAfterRestore),
+    // and so do its eviction and its free.
+    buffer.restoreEvent = adoptedAfter;
+    buffer.restoreStream = adoptedStream;
+    buffer.restoreThread = nullptr;
+  }
   notePeaks();
   stats_.allocations++;
   policy_->onAlloc(id, mapped, now);
@@ -197,28 +234,27 @@ bool Residency::free(CUdeviceptr address, CUevent alsoAfter) {
                     buffer.host, buffer.hostPinned, {}};
   bool synced = buffer.manyStreams;
   for (int i = 0; i < buffer.useCount && !synced; ++i) {
-    StreamUse& use = buffer.uses[i];
-    CUevent event = use.event;
-    if (event == nullptr) {
-      event = events_.take();
-      // Another thread's default stream cannot be named here: its fence can, and an event
-      // recorded behind a wait for it on the eviction stream completes after the use.
-      CUevent fence = use.thread != nullptr ? fenceOf(use.thread) : nullptr;
-      const bool recorded =
-          event != nullptr &&
-          (use.thread == nullptr
-               ? api_.cuEventRecord(event, use.stream) == CUDA_SUCCESS
-               : fence != nullptr && ensureEvictStream() &&
-                     api_.cuStreamWaitEvent(evictStream_, fence, 0) == CUDA_SUCCESS &&
-                     api_.cuEventRecord(event, evictStream_) == CUDA_SUCCESS);
-      if (!recorded) {
-        events_.give(event);
-        synced = true;
-        break;
-      }
+    const StreamUse& use = buffer.uses[i];
+    // At the stream's tail, not at the use's mark: the quarantine is polled, nobody waits for
+    // it on the host while the device catches up, and a mark's slot is not this entry's to own.
+    CUevent event = events_.take();
+    // Another thread's default stream cannot be named here: its fence can, and an event
+    // recorded behind a wait for it on the eviction stream completes after the use.
+    CUevent fence = use.thread != nullptr ? fenceOf(use.thread) : nullptr;
+    const bool recorded =
+        event != nullptr &&
+        (use.thread == nullptr
+             ? api_.cuEventRecord(event, use.stream) == CUDA_SUCCESS
+             : fence != nullptr && ensureEvictStream() &&
+                   api_.cuStreamWaitEvent(evictStream_, fence, 0) == CUDA_SUCCESS &&
+                   api_.cuEventRecord(event, evictStream_) == CUDA_SUCCESS);
+    if (!recorded) {
+      events_.give(event);
+      synced = true;
+      break;
     }
-    use.event = nullptr;
     entry.events.push_back(event);
+    if (use.thread == nullptr) entry.stream = use.stream;
   }
   if (alsoAfter != nullptr) entry.events.push_back(alsoAfter);
   if (buffer.restoreEvent) {
@@ -246,6 +282,7 @@ bool Residency::free(CUdeviceptr address, CUevent alsoAfter) {
     resident_ -= buffer.mappedBytes;
     quarantinedBytes_ += buffer.mappedBytes;
   }
+  if (entry.events.size() != 1 || synced) entry.stream = nullptr;
   quarantine_.push_back(std::move(entry));
   addresses_.erase(address);
   const int64_t now = nowNs();
@@ -301,34 +338,69 @@ CUresult Residency::freeOrdered(CUdeviceptr address, CUstream stream, bool perTh
   return CUDA_ERROR_NOT_FOUND;
 }
 
-bool Residency::reclaimQuarantine(bool wait) {
+bool Residency::adoptQuarantined(uint64_t mapped, CUmemGenericAllocationHandle* handle,
+                                 CUevent* after, CUstream* afterStream) {
+  for (Quarantined& entry : quarantine_) {
+    if (entry.lent || entry.handle == 0 || entry.mappedBytes != mapped || entry.stream == nullptr)
+      continue;
+    // Recorded on the same stream now: after the freed buffer's last use there, and an event
+    // of the new buffer's own (the entry keeps its own to unmap the old address).
+    CUevent event = events_.take();
+    if (event == nullptr || api_.cuEventRecord(event, entry.stream) != CUDA_SUCCESS) {
+      events_.give(event);
+      return false;
+    }
+    // Mapped at both addresses meanwhile: the device's queued work reaches it through the old
+    // one, the new buffer's (after it, in stream order) through the new.
+    *handle = entry.handle;
+    *after = event;
+    *afterStream = entry.stream;
+    entry.lent = true;
+    quarantinedBytes_ -= mapped;
+    stats_.adoptedFrees++;
+    return true;
+  }
+  return false;
+}
+
+bool Residency::reclaimQuarantine(bool wait, uint64_t enough) {
+  // In the order of the frees, which is the order the device gets past them: a host that has
+  // to wait waits only for the oldest, for as much as it needs. Waiting for the newest would
+  // have it wait for the device to drain its whole queue, and the device would then stand
+  // idle while the host fills it again.
   bool any = false;
-  for (size_t i = 0; i < quarantine_.size();) {
+  uint64_t freed = 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < quarantine_.size(); ++i) {
     Quarantined& entry = quarantine_[i];
+    const bool waitHere = wait && freed < enough;
     bool done = true;
     for (CUevent event : entry.events) {
-      CUresult state = wait ? api_.cuEventSynchronize(event) : api_.cuEventQuery(event);
+      CUresult state = waitHere ? api_.cuEventSynchronize(event) : api_.cuEventQuery(event);
       if (state == CUDA_ERROR_NOT_READY) {
         done = false;
         break;
       }
     }
     if (!done) {
-      ++i;
+      if (kept != i) quarantine_[kept] = std::move(entry);
+      ++kept;
       continue;
     }
     for (CUevent event : entry.events) events_.give(event);
-    if (entry.handle != 0) {
+    if (entry.lent) {
+      api_.cuMemUnmap(entry.address, entry.mappedBytes);  // the memory is another buffer's now
+    } else if (entry.handle != 0) {
       api_.cuMemUnmap(entry.address, entry.mappedBytes);
       quarantinedBytes_ -= entry.mappedBytes;
       physical_.release(entry.mappedBytes, entry.handle);
+      freed += entry.mappedBytes;
     }
     addressCache_.emplace(entry.mappedBytes, entry.address);
     host_.give(entry.host, entry.mappedBytes, entry.hostPinned);
-    quarantine_[i] = std::move(quarantine_.back());
-    quarantine_.pop_back();
     any = true;
   }
+  quarantine_.resize(kept);
   return any;
 }
 
@@ -492,8 +564,8 @@ void Residency::noteWrittenLocked(const WorkInfo& work) {
   }
 }
 
-void Residency::recordUse(Buffer& buffer, CUstream stream, bool perThreadStream) {
-  if (buffer.manyStreams) return;
+Residency::StreamUse* Residency::recordUse(Buffer& buffer, CUstream stream, bool perThreadStream) {
+  if (buffer.manyStreams) return nullptr;
   const void* thread = perThreadStream ? thisThread() : nullptr;
   StreamUse* use = nullptr;
   for (int i = 0; i < buffer.useCount && use == nullptr; ++i)
@@ -501,11 +573,35 @@ void Residency::recordUse(Buffer& buffer, CUstream stream, bool perThreadStream)
   if (use == nullptr) {
     if (buffer.useCount == kMaxStreamUses) {
       buffer.manyStreams = true;  // evicting or freeing it will synchronise the device
-      return;
+      return nullptr;
     }
     use = &buffer.uses[buffer.useCount++];
-    *use = StreamUse{stream, nullptr, thread};
+    *use = StreamUse{stream, 0, thread};
   }
+  return use;
+}
+
+CUevent Residency::reserveMark(CUstream stream, uint64_t* sequence) {
+  LaunchMarks* marks = nullptr;
+  for (const auto& m : launchMarks_)
+    if (m->stream == stream) marks = m.get();
+  if (marks == nullptr) {
+    if (launchMarks_.size() == kMaxMarkedStreams) return nullptr;
+    launchMarks_.push_back(std::make_unique<LaunchMarks>());
+    marks = launchMarks_.back().get();
+    marks->stream = stream;
+  }
+  CUevent& event = marks->events[marks->next % kMarkSlots];
+  if (event == nullptr) event = events_.take();
+  if (event == nullptr) return nullptr;
+  *sequence = marks->next++;
+  return event;
+}
+
+CUevent Residency::markEvent(CUstream stream, uint64_t sequence) const {
+  for (const auto& m : launchMarks_)
+    if (m->stream == stream) return m->events[sequence % kMarkSlots];
+  return nullptr;
 }
 
 CUevent Residency::threadFence() {
@@ -558,7 +654,8 @@ void Residency::endWaitTiming(CUevent start, CUstream stream) {
     timingEvents_.give(end);
     return;
   }
-  timings_.push_back(DeviceTiming{DeviceTiming::Kind::kRestoreWait, 0, 0, 0, start, end, false});
+  timings_.push_back(DeviceTiming{DeviceTiming::Kind::kRestoreWait, 0, 0, 0, start, end,
+                                  tRecomputeDepth});
 }
 
 void Residency::traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel, bool analysed,
@@ -609,23 +706,54 @@ CUresult Residency::prepare(CUstream stream, bool perThreadApi, const Touch* tou
       stream == CU_STREAM_PER_THREAD || (perThreadApi && stream == nullptr);
   // Paired with releaseHeld(), whatever happens below.
   if (tHeld.size() <= tHeldDepth) tHeld.emplace_back();
+  // Nothing to record unless the work gets as far as being prepared (a first pass that only
+  // regenerates dropped buffers holds them, and an error after it must not record a stale one).
   tHeld[tHeldDepth].ids.clear();
+  tHeld[tHeldDepth].fence = nullptr;
+  tHeld[tHeldDepth].mark = nullptr;
   tHeld[tHeldDepth++].perThreadStream = false;
   std::vector<RecomputeCall> calls;  // empty (no allocation) unless something was dropped
   const char* what = nullptr;
   uint32_t kernel = 0;
-  CUresult result;
-  {
-    // Inside the shim for as long as the lock is held: a signal handler that calls exit()
-    // meanwhile must find the exit handler skipping what would take the lock again.
-    ReentryGuard guard;
-    std::unique_lock lock(mutex_);
-    result = prepareLocked(lock, stream, perThreadStream, touches, count, work, calls, &what,
-                           &kernel);
+  std::vector<Touch> ownTouches;
+  std::vector<uint64_t> ownPointers;
+  WorkInfo ownWork;
+  const WorkInfo* workRef = &work;
+  for (;;) {
+    CUresult result;
+    {
+      // Inside the shim for as long as the lock is held: a signal handler that calls exit()
+      // meanwhile must find the exit handler skipping what would take the lock again.
+      ReentryGuard guard;
+      std::unique_lock lock(mutex_);
+      result = prepareLocked(lock, stream, perThreadStream, touches, count, *workRef, calls,
+                             &what, &kernel);
+    }
+    if (hasDropNotices()) deliverDropNotices();
+    if (calls.empty()) return result;
+    // Dropped buffers to regenerate before this work is prepared; then it is prepared again,
+    // from a copy of what it touches: the callers' scratch is reused by the callbacks' work.
+    if (ownPointers.empty() && ownTouches.empty()) {
+      size_t pointerCount = 0;
+      for (size_t i = 0; i < count; ++i) pointerCount += touches[i].pointerCount;
+      ownPointers.reserve(pointerCount);
+      for (size_t i = 0; i < count; ++i)
+        ownPointers.insert(ownPointers.end(), touches[i].pointers,
+                           touches[i].pointers + touches[i].pointerCount);
+      ownTouches.assign(touches, touches + count);
+      size_t at = 0;
+      for (Touch& touch : ownTouches) {
+        touch.pointers = touch.pointerCount > 0 ? ownPointers.data() + at : nullptr;
+        at += touch.pointerCount;
+      }
+      ownWork = work;
+      touches = ownTouches.data();
+      workRef = &ownWork;
+    }
+    result = runRecomputes(calls, stream, perThreadStream, what, kernel);
+    if (result != CUDA_SUCCESS) return result;
+    calls.clear();
   }
-  if (hasDropNotices()) deliverDropNotices();
-  if (calls.empty()) return result;
-  return runRecomputes(calls, stream, perThreadStream, what, kernel);
 }
 
 CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream stream,
@@ -675,7 +803,11 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
       if (buffer.regenerating && buffer.regeneratingThread != nullptr &&
           buffer.regeneratingThread != thisThread())
         wait = true;
-      if (buffer.state != State::kDropped) continue;
+      const bool mine = buffer.regenerating && buffer.regeneratingThread == thisThread();
+      // Regenerated by this thread, its callback not run yet: this work needs it first.
+      if (mine && buffer.pendingRegeneration) recomputing = true;
+      // Its callback running: this is that callback's work, which gets the memory it writes.
+      if (buffer.state != State::kDropped || mine) continue;
       if (!callback) {
         logLine("error: %s touches the managed buffer at 0x%llx (%llu bytes) whose contents were "
                 "dropped and not regenerated; %s. The call fails instead of running on lost "
@@ -699,6 +831,29 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
             "nested %d deep (do the producers of dropped buffers form a cycle?); the call fails",
             what, kMaxRecomputeDepth);
     return CUDA_ERROR_UNKNOWN;
+  }
+  if (recomputing) [[unlikely]] {
+    // Dropped buffers this work needs are regenerated first, by their callbacks, and only then
+    // is this work prepared (prepare() comes back): a buffer gets its memory from the
+    // regeneration's own work, once that work's inputs are there. Mapped here, before their
+    // callbacks ran, the outputs of a chain of dropped producers would all hold memory while the
+    // first of them waits for the rest: the replay (policy/simulator.cpp) maps each result
+    // only once its inputs are there, and this is the same order.
+    for (uint32_t id : workingSet_) {
+      Buffer& buffer = buffers_[id];
+      if (buffer.state == State::kDropped && !buffer.regenerating) {
+        buffer.regenerating = true;
+        buffer.regeneratingThread = thisThread();
+        buffer.regenerateStartNs = now;
+        buffer.pendingRegeneration = true;
+      }
+      if (buffer.pendingRegeneration && buffer.regeneratingThread == thisThread())
+        calls.push_back(RecomputeCall{id, buffer.serial, buffer.hook, buffer.address, buffer.bytes});
+    }
+    recomputeOwner_ = thisThread();
+    // Meanwhile the callbacks may not evict what this work uses.
+    hold(tHeld[tHeldDepth - 1], workingSet_, heldCounts_.get());
+    return CUDA_SUCCESS;
   }
   if (!timings_.empty()) pollTimings();
 
@@ -742,35 +897,19 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
       if (buffer.state == State::kEvicted) {
         result = restore(id, stream, kernel, workingSet_, false, perThreadStream);
       } else if (buffer.state == State::kDropped) {
+        // The work of its own regeneration (its callback running on this thread): the memory it
+        // is regenerated into, its inputs there already.
         result = remap(id, workingSet_);
-        if (result == CUDA_SUCCESS) {
-          policy_->onRestored(id, now);
-          buffer.regenerating = true;
-          buffer.regeneratingThread = thisThread();
-          buffer.regenerateStartNs = now;
-          buffer.pendingRegeneration = true;
-          calls.push_back(RecomputeCall{id, buffer.serial, buffer.hook, buffer.address, buffer.bytes});
-        }
+        if (result == CUDA_SUCCESS) policy_->onRestored(id, now);
       }
       if (result != CUDA_SUCCESS) {
         logLine("cannot bring back a buffer of %llu bytes at 0x%llx for %s: %s",
                 (unsigned long long)buffer.bytes, (unsigned long long)buffer.address, what,
                 resultText(api_, result));
-        for (const RecomputeCall& call : calls) dropAgain(buffers_[call.id]);
-        calls.clear();
         return result;
       }
     }
   }
-  // Mapped again for a regeneration this thread has not run yet (an outer callback's work needs
-  // this one's result first): it runs here, before this work reads memory not yet regenerated.
-  for (uint32_t id : workingSet_) {
-    const Buffer& buffer = buffers_[id];
-    if (buffer.pendingRegeneration && buffer.regeneratingThread == thisThread() &&
-        std::none_of(calls.begin(), calls.end(), [id](const RecomputeCall& c) { return c.id == id; }))
-      calls.push_back(RecomputeCall{id, buffer.serial, buffer.hook, buffer.address, buffer.bytes});
-  }
-  if (!calls.empty()) recomputeOwner_ = thisThread();
   // What the work may write loses its host copy (a kernel may write whatever it reaches).
   for (size_t t = 0; t < count; ++t) {
     if (touches[t].kind == UseKind::kRead) continue;
@@ -782,10 +921,16 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
     collect(touches[t], writtenScratch_);
     for (uint32_t id : writtenScratch_) buffers_[id].hostValid = false;
   }
+  // Marked once memory has been short (launchMarks_); a use with no mark is pinned down at
+  // eviction time instead, so a use whose mark could not be had loses its older one.
+  CUevent mark = nullptr;
+  uint64_t markSequence = 0;
+  if (beenShort_ && !perThreadStream && !workingSet_.empty()) [[unlikely]]
+    mark = reserveMark(stream, &markSequence);
   for (uint32_t id : workingSet_) {
     Buffer& buffer = buffers_[id];
     orderAfterRestore(buffer, stream, perThreadStream);
-    recordUse(buffer, stream, perThreadStream);
+    if (StreamUse* use = recordUse(buffer, stream, perThreadStream)) use->mark = markSequence;
     buffer.keepContents = false;
   }
   notePeaks();
@@ -811,6 +956,8 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   HeldLaunch& launchHeld = tHeld[tHeldDepth - 1];
   launchHeld.perThreadStream = perThreadStream;
   launchHeld.fence = nullptr;
+  launchHeld.mark = mark;
+  launchHeld.markStream = stream;
   if (perThreadStream && !workingSet_.empty()) {
     launchHeld.fence = threadFence();
     // Without a fence the uses cannot be told apart from other threads': evicting or freeing
@@ -818,14 +965,17 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
     if (launchHeld.fence == nullptr)
       for (uint32_t id : workingSet_) buffers_[id].manyStreams = true;
   }
-  std::vector<uint32_t>& held = launchHeld.ids;
-  held.assign(workingSet_.begin(), workingSet_.end());
-  for (uint32_t id : held) heldCounts_[id].fetch_add(1, std::memory_order_relaxed);
+  hold(launchHeld, workingSet_, heldCounts_.get());
   return CUDA_SUCCESS;
 }
 
+
+
 void Residency::prefetch(int64_t now) {
   // Only into free room: a prefetch never evicts (what it would evict may be needed sooner).
+  // Freed memory the device has got past since is free room.
+  if (deviceBytes() >= limitLocked() && !quarantine_.empty() && reclaimQuarantine(false))
+    physical_.trim(UINT64_MAX);
   if (deviceBytes() >= limitLocked()) return;
   policy::Prefetch wanted[8];
   policy::PrefetchRequest request;
@@ -858,11 +1008,13 @@ void Residency::releaseHeld() {
   HeldLaunch& launchHeld = tHeld[--tHeldDepth];
   std::vector<uint32_t>& held = launchHeld.ids;
   if (held.empty()) return;
-  if (launchHeld.fence != nullptr) {
-    // After the work: whoever evicts or frees these buffers waits for this record (or a later
-    // one of the same stream) before the hold below is seen to end.
+  // After the work: whoever evicts or frees these buffers waits for this record (or a later
+  // one of the same stream) before the hold below is seen to end.
+  CUevent after = launchHeld.fence != nullptr ? launchHeld.fence : launchHeld.mark;
+  if (after != nullptr) {
     ReentryGuard guard;
-    if (api_.cuEventRecord(launchHeld.fence, CU_STREAM_PER_THREAD) != CUDA_SUCCESS) {
+    CUstream stream = launchHeld.fence != nullptr ? CU_STREAM_PER_THREAD : launchHeld.markStream;
+    if (api_.cuEventRecord(after, stream) != CUDA_SUCCESS) {
       std::lock_guard lock(mutex_);
       for (uint32_t id : held) buffers_[id].manyStreams = true;
     }

@@ -87,7 +87,8 @@ struct Stats {
   uint64_t cleanEvictions = 0;  // no copy needed: the host copy was still valid
   uint64_t cancelledEvictions = 0;  // taken back by a use while their copy was in flight
   uint64_t evictionsAhead = 0;      // started after a launch, for what the next ones need
-  uint64_t stallNs = 0;         // host time spent waiting for evictions to finish
+  // Host time spent waiting for memory: evictions to finish, freed memory the device still used.
+  uint64_t stallNs = 0;
   uint64_t overBudgetLaunches = 0;
   uint64_t overBudgetAllocations = 0;  // allocations made when nothing more could be evicted
   uint64_t prefetches = 0;             // restores started ahead of the work that needs them
@@ -104,6 +105,9 @@ struct Stats {
   // prefetch still in flight), measured with timing events: what swapping cost the job itself,
   // where stallNs is the host's wait.
   uint64_t restoreWaitNs = 0;
+  // Allocations given the memory of a freed buffer the device was still using (ordered after
+  // that use on the device) instead of waiting for it or evicting.
+  uint64_t adoptedFrees = 0;
   uint64_t deviceFull = 0;          // times the device refused memory the budget allowed
   uint64_t ceilingBytes = 0;        // the effective ceiling: the budget, or less (device full)
   uint64_t pointerTables = 0;       // allocations holding pointers to tracked buffers now
@@ -294,9 +298,11 @@ class Residency {
   };
   struct StreamUse {
     CUstream stream = nullptr;
+    // The launch mark recorded after the last use (LaunchMarks); 0: none, and an eviction
+    // records an event at the stream's tail instead.
+    uint64_t mark = 0;
     // Per-thread default streams: one handle names a different stream in every thread, so the
-    // use is pinned down by an event recorded at use time, and belongs to its thread.
-    CUevent event = nullptr;
+    // use belongs to its thread, and that thread's fence stands for it.
     const void* thread = nullptr;  // per-thread uses: the using thread; else nullptr
   };
   static constexpr int kMaxStreamUses = 4;
@@ -392,7 +398,10 @@ class Residency {
     int64_t estimateNs;  // kRecompute: the hook's estimate
     CUevent start;
     CUevent end;
-    bool nested;  // kRecompute inside another callback, whose own time already covers this one
+    // How deep in recompute callbacks it ran (a callback's own timing: 1 when called for the
+    // program's work). A callback's time covers the timings inside it, which end, and are
+    // read, before it.
+    int depth;
   };
   struct Quarantined {  // freed, but work that used it may still run
     CUdeviceptr address;
@@ -401,6 +410,12 @@ class Residency {
     void* host;  // its host copy, of mappedBytes
     bool hostPinned;
     std::vector<CUevent> events;
+    // With one event, recorded on this program stream (else nullptr): a new allocation may
+    // take the memory over at once, ordered after it on the device (adoptQuarantined).
+    CUstream stream = nullptr;
+    // The memory went to a new allocation: only the address is still mapped here, until the
+    // events complete.
+    bool lent = false;
   };
 
   // A new buffer `id`, resident in `handle`'s memory mapped at `address`, counted and findable.
@@ -492,8 +507,22 @@ class Residency {
   [[gnu::noinline]] void submitPlan();
   void traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel, bool analysed, int64_t now);
   CUresult mapAt(CUdeviceptr address, uint64_t bytes, CUmemGenericAllocationHandle handle);
-  bool reclaimQuarantine(bool wait);
-  void recordUse(Buffer& buffer, CUstream stream, bool perThreadStream);
+  // Gives back the memory of freed buffers whose work has finished; with `wait`, waits for the
+  // oldest until `enough` device bytes have come back.
+  bool reclaimQuarantine(bool wait, uint64_t enough = UINT64_MAX);
+  // When memory is short: the physical memory of a freed buffer of `mapped` bytes that the
+  // device may still be using, for a new allocation, and an event after those uses (its first
+  // use elsewhere waits for it on the device). False when none can be taken.
+  bool adoptQuarantined(uint64_t mapped, CUmemGenericAllocationHandle* handle, CUevent* after,
+                        CUstream* afterStream);
+  // The buffer's record of its use on this stream; nullptr when it has too many to track.
+  StreamUse* recordUse(Buffer& buffer, CUstream stream, bool perThreadStream);
+  // The event of the next launch mark on `stream` and its sequence number, to be recorded once
+  // that launch is in the stream; nullptr when the stream cannot have marks.
+  CUevent reserveMark(CUstream stream, uint64_t* sequence);
+  // The event a use's mark was recorded in (or a later mark of the same stream: the ring's slot
+  // is reused, never the order); nullptr if the stream has no marks.
+  CUevent markEvent(CUstream stream, uint64_t sequence) const;
   // This thread's fence: one event, recorded on its default stream after each of its launches
   // there (releaseHeld), that stands for all its uses of that stream (nullptr: none could be
   // made). Other threads cannot name that stream; they wait for the fence instead.
@@ -521,6 +550,7 @@ class Residency {
   // Reads the device timings whose events have completed, oldest first, and stops at the first
   // still running (the rest are read by a later call).
   void pollTimings();
+  int64_t& nestedTime(int depth);  // nestedRecomputeNs_[depth], grown as needed
   // At an iteration boundary the policy has seen (marked or found): free ids in one order.
   void renumberAtBoundary();
   void deliverDropNotices();
@@ -618,11 +648,28 @@ class Residency {
     CUevent event;
   };
   std::vector<ThreadFence> threadFences_;  // one per thread that used its default stream
+  // Once memory has been short, an event is recorded after each launch on a program's stream
+  // (one ring of them per stream). Evicting a buffer then waits for its last use, not for all
+  // the work queued on its stream: an event recorded at the tail at eviction time would make
+  // the host wait for the device to drain its queue whenever it needs room, and the device
+  // would then idle while the host fills it again. A slot's event is recorded again a ring
+  // later, on the same stream: waiting for it then waits a little longer, never too little.
+  static constexpr size_t kMarkSlots = 256;
+  static constexpr size_t kMaxMarkedStreams = 16;
+  struct LaunchMarks {
+    CUstream stream = nullptr;
+    uint64_t next = 1;  // the next mark's sequence number
+    CUevent events[kMarkSlots] = {};
+  };
+  std::vector<std::unique_ptr<LaunchMarks>> launchMarks_;
 
   std::atomic<bool> anyRecomputable_{false};
   const void* recomputeOwner_ = nullptr;     // the thread running recompute callbacks
   std::condition_variable regenerated_;      // a regeneration ended, or the owner left
   std::vector<DeviceTiming> timings_;
+  // By depth: the measured time of the regenerations read so far that ran inside the one at
+  // the depth above, not yet read itself (pollTimings subtracts it there).
+  std::vector<int64_t> nestedRecomputeNs_;
   uint64_t iterations_ = 0;
   uint64_t ceiling_ = UINT64_MAX;  // the device's own limit for managed memory, once known
   int64_t ceilingProbedNs_ = 0;

@@ -100,6 +100,24 @@ CUresult Residency::runRecomputes(std::vector<RecomputeCall>& calls, CUstream st
       continue;
     }
     stats_.recomputes++;
+    if (same && buffer.state == State::kDropped) {
+      // The callback enqueued no work the shim saw touch the buffer, so it got no memory: the
+      // work that needs it must not run on unmapped memory (its contents are the callback's
+      // affair).
+      DELTA_WARN_ONCE("the recompute callback of the buffer at 0x%llx (%llu bytes) enqueued no "
+                      "work that touches it; it is mapped with undefined contents",
+                      (unsigned long long)call.address, (unsigned long long)call.bytes);
+      const uint32_t keep[] = {call.id};
+      if (remap(call.id, keep) != CUDA_SUCCESS) {
+        dropAgain(buffer);
+        result = CUDA_ERROR_UNKNOWN;
+        regenerated_.notify_all();
+        if (start) api_.cuEventDestroy_v2(start);
+        if (end) api_.cuEventDestroy_v2(end);
+        continue;
+      }
+      policy_->onRestored(call.id, nowNs());
+    }
     if (same) {
       buffer.regenerating = false;
       buffer.regeneratingThread = nullptr;
@@ -126,7 +144,7 @@ CUresult Residency::runRecomputes(std::vector<RecomputeCall>& calls, CUstream st
     if (start != nullptr && end != nullptr)
       timings_.push_back(DeviceTiming{DeviceTiming::Kind::kRecompute, call.id, call.serial,
                                       call.hook.estimateNs, start, end,
-                                      detail::recomputeDepth() > 1});
+                                      detail::recomputeDepth()});
     else if (start != nullptr)
       api_.cuEventDestroy_v2(start);
     regenerated_.notify_all();
@@ -161,6 +179,8 @@ void Residency::dropAgain(Buffer& buffer) {
   // A regeneration that did not happen: the memory goes back, the buffer is dropped as before
   // (after any eviction batch that still reads it).
   while (evictionMayRead(buffer)) reclaimEvictions(true);
+  // Not mapped yet (its callback never got to its work): the policy never saw it back.
+  const bool mapped = buffer.state == State::kResident;
   if (buffer.state == State::kResident && buffer.handle != 0) {
     api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
     physical_.release(buffer.mappedBytes, buffer.handle);
@@ -171,11 +191,16 @@ void Residency::dropAgain(Buffer& buffer) {
   buffer.regenerating = false;
   buffer.regeneratingThread = nullptr;
   buffer.pendingRegeneration = false;
-  for (int u = 0; u < buffer.useCount; ++u) events_.give(buffer.uses[u].event);
   buffer.useCount = 0;
   buffer.manyStreams = false;
   const uint32_t id = addresses_.find(buffer.address);
-  if (id != AddressMap::kNone) policy_->onEvicted(id, policy::Action::kRecompute);
+  if (id != AddressMap::kNone && mapped) policy_->onEvicted(id, policy::Action::kRecompute);
+}
+
+int64_t& Residency::nestedTime(int depth) {
+  const size_t at = static_cast<size_t>(std::max(depth, 0));
+  if (nestedRecomputeNs_.size() <= at) nestedRecomputeNs_.resize(at + 1, 0);
+  return nestedRecomputeNs_[at];
 }
 
 void Residency::pollTimings() {
@@ -189,15 +214,28 @@ void Residency::pollTimings() {
         api_.cuEventElapsedTime_v2(&ms, timing.start, timing.end) == CUDA_SUCCESS && ms >= 0) {
       const auto measured = static_cast<int64_t>(static_cast<double>(ms) * 1e6);
       if (timing.kind == DeviceTiming::Kind::kRecompute) {
-        if (!timing.nested) stats_.recomputeNs += static_cast<uint64_t>(measured);
+        if (timing.depth <= 1) stats_.recomputeNs += static_cast<uint64_t>(measured);
+        // The policy is told what regenerating this buffer itself took: without the inputs
+        // regenerated or restored inside it, which were each told their own. Charged with them,
+        // a buffer would keep the price of a moment when its inputs happened to be dropped
+        // (and the estimates' calibration with it), and be swapped ever after; the replay
+        // prices a recompute as its own op, its dropped inputs as theirs.
+        const int64_t own = measured - nestedTime(timing.depth + 1);
+        nestedTime(timing.depth + 1) = 0;
+        nestedTime(timing.depth) += measured;
         const Buffer& buffer = buffers_[timing.id];
-        policy_->onRecomputeMeasured(
-            buffer.live && buffer.serial == timing.serial ? timing.id : policy::kNoBuffer,
-            timing.estimateNs, measured);
+        if (own > 0)
+          policy_->onRecomputeMeasured(
+              buffer.live && buffer.serial == timing.serial ? timing.id : policy::kNoBuffer,
+              timing.estimateNs, own);
       } else {
         stats_.restoreWaitNs += static_cast<uint64_t>(measured);
+        // Inside a callback: an input restored for the regeneration, its own swap's cost.
+        if (timing.depth > 0) nestedTime(timing.depth + 1) += measured;
       }
     }
+    if (timing.kind == DeviceTiming::Kind::kRecompute && state != CUDA_SUCCESS)
+      nestedTime(timing.depth + 1) = 0;  // not measured: what ran inside is not subtracted
     if (timing.kind == DeviceTiming::Kind::kRecompute) {
       api_.cuEventDestroy_v2(timing.start);
       api_.cuEventDestroy_v2(timing.end);

@@ -1,7 +1,8 @@
 // The residency manager against a fake driver (tests/common/fake_driver.h): the launch path's
 // written rules (residency.h) checked by counting what reaches the driver; holds: a buffer a
-// prepared launch holds is never evicted, and the eviction takes the next victim instead; and
-// ids: the same allocations get the same ids in every iteration (the policy learns by id).
+// prepared launch holds is never evicted, and the eviction takes the next victim instead; ids:
+// the same allocations get the same ids in every iteration (the policy learns by id); launch
+// marks, freed memory taken over in stream order, and a chain of drops regenerated in budget.
 #include "shim/residency.h"
 
 #include <gtest/gtest.h>
@@ -246,6 +247,144 @@ TEST(ResidencyHolds, WhenEverythingIsHeldTheAllocationGoesOverBudgetAndSaysSo) {
   EXPECT_EQ(fakeDriverLog().copiesOut, 0u);
   EXPECT_EQ(r->stats().overBudgetAllocations, 1u);
   r->releaseHeld();
+}
+
+TEST(ResidencyMarks, OnceMemoryWasShortAnEvictionWaitsForTheVictimsLastLaunchNotTheTail) {
+  // Memory short once (a fifth buffer under a budget of four); from then on each launch on a
+  // program's stream is followed by its own mark. The victim's last use is the first of four
+  // launches: its copy out waits for that launch's mark, and the eviction records nothing on
+  // the program's stream (an event recorded there now would stand for all four launches, and
+  // a host needing the room would wait for the device to drain its queue).
+  auto r = residencyFor(4 * kBuffer);
+  const std::vector<CUdeviceptr> b = allocate(*r, 4);
+  CUdeviceptr fifth = 0;
+  ASSERT_EQ(r->allocate(kBuffer, &fifth), CUDA_SUCCESS);
+  ASSERT_EQ(r->stats().evictions + r->stats().cleanEvictions, 1u);
+  fakeDriverLog().reset(true);
+  for (CUdeviceptr buffer : {b[1], b[2], b[3], fifth}) {
+    ASSERT_EQ(prepare(*r, kStream, {buffer}), CUDA_SUCCESS);
+    r->releaseHeld();
+  }
+  ASSERT_EQ(fakeDriverLog().recorded.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(fakeDriverLog().recorded[i].second, kStream);
+    for (size_t j = 0; j < i; ++j)
+      EXPECT_NE(fakeDriverLog().recorded[i].first, fakeDriverLog().recorded[j].first);
+  }
+  const CUevent firstMark = fakeDriverLog().recorded[0].first;
+  CUdeviceptr sixth = 0;
+  ASSERT_EQ(r->allocate(kBuffer, &sixth), CUDA_SUCCESS);
+  ASSERT_TRUE(copiedOut(b[1]));  // least recently used
+  const auto& waited = fakeDriverLog().waited;
+  EXPECT_TRUE(std::any_of(waited.begin(), waited.end(), [&](const auto& w) { return w.second == firstMark; }))
+      << "the copy out did not wait for the victim's last launch";
+  const auto& recorded = fakeDriverLog().recorded;
+  EXPECT_EQ(std::count_if(recorded.begin(), recorded.end(), [](const auto& e) { return e.second == kStream; }), 4)
+      << "the eviction recorded an event at the tail of the program's stream";
+  // Never short: no marks (ResidencyLaunchPath.WhenNothingMovesNoDriverCall).
+}
+
+TEST(ResidencyQuarantine, WhenShortAFreedBuffersMemoryGoesToTheNextAllocationAfterItsLastUse) {
+  // A buffer freed while its last launch is still queued (the fake's work stays in flight):
+  // under a full budget, the next allocation of its size takes its memory at once, with no
+  // copy out and no host wait, and its first use on another stream waits on the device for
+  // an event recorded behind that last launch on its stream.
+  auto r = residencyFor(4 * kBuffer);
+  const std::vector<CUdeviceptr> b = allocate(*r, 4);
+  fakeDriverLog().reset(true);
+  fakeDriverLog().eventsPending = true;
+  ASSERT_EQ(prepare(*r, kStream, {b[0]}), CUDA_SUCCESS);
+  r->releaseHeld();
+  ASSERT_TRUE(r->free(b[0]));
+  const size_t recordsBefore = fakeDriverLog().recorded.size();
+  CUdeviceptr fresh = 0;
+  ASSERT_EQ(r->allocate(kBuffer, &fresh), CUDA_SUCCESS);
+  EXPECT_EQ(r->stats().adoptedFrees, 1u);
+  EXPECT_EQ(fakeDriverLog().copiesOut, 0u);
+  EXPECT_EQ(r->stats().stallNs, 0u);
+  EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
+  ASSERT_GT(fakeDriverLog().recorded.size(), recordsBefore);
+  const auto [after, onStream] = fakeDriverLog().recorded.back();
+  EXPECT_EQ(onStream, kStream);
+  const CUstream other = reinterpret_cast<CUstream>(uintptr_t(0x5200));
+  ASSERT_EQ(prepare(*r, other, {fresh}), CUDA_SUCCESS);
+  r->releaseHeld();
+  const auto& waited = fakeDriverLog().waited;
+  EXPECT_TRUE(std::any_of(waited.begin(), waited.end(),
+                          [&](const auto& w) { return w.first == other && w.second == after; }))
+      << "the new buffer's first use on another stream did not wait for the freed one's last";
+  fakeDriverLog().eventsPending = false;
+  // Not short: a free's memory waits in quarantine, nothing is taken over.
+  auto roomy = residencyFor(64 * kBuffer);
+  const std::vector<CUdeviceptr> c = allocate(*roomy, 2);
+  fakeDriverLog().eventsPending = true;
+  ASSERT_EQ(prepare(*roomy, kStream, {c[0]}), CUDA_SUCCESS);
+  roomy->releaseHeld();
+  ASSERT_TRUE(roomy->free(c[0]));
+  ASSERT_EQ(roomy->allocate(kBuffer, &fresh), CUDA_SUCCESS);
+  EXPECT_EQ(roomy->stats().adoptedFrees, 0u);
+  fakeDriverLog().eventsPending = false;
+}
+
+// A chain of results, each computed from the one before; the first is an input (never
+// dropped). The callback of each re-runs its producer: one launch over its input and itself.
+struct ChainLink {
+  Residency* residency;
+  CUdeviceptr input;
+  CUdeviceptr output;
+};
+
+int rerunProducer(void* context, void*, size_t, void* stream) {
+  const auto& link = *static_cast<const ChainLink*>(context);
+  if (prepare(*link.residency, static_cast<CUstream>(stream), {link.input, link.output}) != CUDA_SUCCESS)
+    return -1;
+  link.residency->releaseHeld();
+  return 0;
+}
+
+TEST(ResidencyRecompute, AChainOfDroppedResultsIsRegeneratedWithinTheBudget) {
+  // Seven to nine results under a budget of four buffers: most are dropped as the chain is
+  // computed. Reading the last dropped one regenerates it and the dropped ones before it, each
+  // from the one before.
+  // Each result gets its memory when its producer runs, its input there already, and what the
+  // chain has passed may be dropped again: never more than input, output and the input of
+  // the chain resident. Mapped before their callbacks ran, they would all be resident at once
+  // beside the input: over the budget.
+  for (int seed = 0; seed < 3; ++seed) {
+    SCOPED_TRACE(seed);
+    auto r = residencyFor(4 * kBuffer, "recompute-only");
+    const int length = 7 + seed;
+    std::vector<CUdeviceptr> x = allocate(*r, 1);
+    std::vector<std::unique_ptr<ChainLink>> links;
+    ASSERT_EQ(prepare(*r, kStream, {x[0]}), CUDA_SUCCESS);
+    r->releaseHeld();
+    for (int k = 1; k <= length; ++k) {
+      x.push_back(allocate(*r, 1)[0]);
+      ASSERT_EQ(prepare(*r, kStream, {x[k - 1], x[k]}), CUDA_SUCCESS);
+      r->releaseHeld();
+      links.push_back(std::make_unique<ChainLink>(ChainLink{r.get(), x[k - 1], x[k]}));
+      RecomputeHook hook;
+      hook.kind = RecomputeHook::Kind::kCallback;
+      hook.callback = rerunProducer;
+      hook.context = links.back().get();
+      hook.estimateNs = 1000;
+      ASSERT_EQ(r->setRecompute(x[k], hook), 0);
+    }
+    // The last dropped result, and how many dropped ones lead to it.
+    int last = length;
+    while (last > 0 && r->isDropped(x[last]) != 1) --last;
+    int run = 0;
+    while (last - run > 0 && r->isDropped(x[last - run]) == 1) ++run;
+    ASSERT_GE(run, 3) << "the chain was not dropped";
+    const uint64_t recomputes = r->stats().recomputes;
+    ASSERT_EQ(prepare(*r, kStream, {x[last]}), CUDA_SUCCESS);
+    r->releaseHeld();
+    EXPECT_EQ(r->stats().recomputes - recomputes, static_cast<uint64_t>(run));
+    EXPECT_EQ(r->stats().recomputeFailures, 0u);
+    EXPECT_EQ(r->stats().overBudgetLaunches, 0u);
+    EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
+    EXPECT_LE(r->stats().peakResidentBytes, 4 * kBuffer);
+  }
 }
 
 // Records the ids of each launch, per iteration, and counts the boundaries it is told of.
