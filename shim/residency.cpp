@@ -715,44 +715,49 @@ CUresult Residency::prepare(CUstream stream, bool perThreadApi, const Touch* tou
   std::vector<RecomputeCall> calls;  // empty (no allocation) unless something was dropped
   const char* what = nullptr;
   uint32_t kernel = 0;
-  std::vector<Touch> ownTouches;
+  CUresult result;
+  {
+    // Inside the shim for as long as the lock is held: a signal handler that calls exit()
+    // meanwhile must find the exit handler skipping what would take the lock again.
+    ReentryGuard guard;
+    std::unique_lock lock(mutex_);
+    result = prepareLocked(lock, stream, perThreadStream, touches, count, work, calls, &what,
+                           &kernel);
+  }
+  if (hasDropNotices()) deliverDropNotices();
+  if (calls.empty()) [[likely]] return result;
+  return regenerateThenPrepare(calls, stream, perThreadStream, touches, count, work, what, kernel);
+}
+
+CUresult Residency::regenerateThenPrepare(std::vector<RecomputeCall>& calls, CUstream stream,
+                                          bool perThreadStream, const Touch* touches,
+                                          size_t count, const WorkInfo& work, const char* what,
+                                          uint32_t kernel) {
+  // Dropped buffers to regenerate before this work is prepared; then it is prepared again,
+  // from a copy of what it touches: the callers' scratch is reused by the callbacks' work.
   std::vector<uint64_t> ownPointers;
-  WorkInfo ownWork;
-  const WorkInfo* workRef = &work;
+  for (size_t i = 0; i < count; ++i)
+    ownPointers.insert(ownPointers.end(), touches[i].pointers,
+                       touches[i].pointers + touches[i].pointerCount);
+  std::vector<Touch> ownTouches(touches, touches + count);
+  size_t at = 0;
+  for (Touch& touch : ownTouches) {
+    touch.pointers = touch.pointerCount > 0 ? ownPointers.data() + at : nullptr;
+    at += touch.pointerCount;
+  }
+  const WorkInfo ownWork = work;
   for (;;) {
-    CUresult result;
+    CUresult result = runRecomputes(calls, stream, perThreadStream, what, kernel);
+    if (result != CUDA_SUCCESS) return result;
+    calls.clear();
     {
-      // Inside the shim for as long as the lock is held: a signal handler that calls exit()
-      // meanwhile must find the exit handler skipping what would take the lock again.
       ReentryGuard guard;
       std::unique_lock lock(mutex_);
-      result = prepareLocked(lock, stream, perThreadStream, touches, count, *workRef, calls,
-                             &what, &kernel);
+      result = prepareLocked(lock, stream, perThreadStream, ownTouches.data(), count, ownWork,
+                             calls, &what, &kernel);
     }
     if (hasDropNotices()) deliverDropNotices();
     if (calls.empty()) return result;
-    // Dropped buffers to regenerate before this work is prepared; then it is prepared again,
-    // from a copy of what it touches: the callers' scratch is reused by the callbacks' work.
-    if (ownPointers.empty() && ownTouches.empty()) {
-      size_t pointerCount = 0;
-      for (size_t i = 0; i < count; ++i) pointerCount += touches[i].pointerCount;
-      ownPointers.reserve(pointerCount);
-      for (size_t i = 0; i < count; ++i)
-        ownPointers.insert(ownPointers.end(), touches[i].pointers,
-                           touches[i].pointers + touches[i].pointerCount);
-      ownTouches.assign(touches, touches + count);
-      size_t at = 0;
-      for (Touch& touch : ownTouches) {
-        touch.pointers = touch.pointerCount > 0 ? ownPointers.data() + at : nullptr;
-        at += touch.pointerCount;
-      }
-      ownWork = work;
-      touches = ownTouches.data();
-      workRef = &ownWork;
-    }
-    result = runRecomputes(calls, stream, perThreadStream, what, kernel);
-    if (result != CUDA_SUCCESS) return result;
-    calls.clear();
   }
 }
 

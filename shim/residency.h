@@ -541,6 +541,13 @@ class Residency {
                          bool perThreadStream, const Touch* touches, size_t count,
                          const WorkInfo& work, std::vector<RecomputeCall>& calls,
                          const char** what, uint32_t* kernel);
+  // prepare()'s way when the work touches dropped buffers: their callbacks run, then the work
+  // is prepared again (out of line: the launch path without drops stays as lean).
+  [[gnu::noinline]] CUresult regenerateThenPrepare(std::vector<RecomputeCall>& calls,
+                                                   CUstream stream, bool perThreadStream,
+                                                   const Touch* touches, size_t count,
+                                                   const WorkInfo& work, const char* what,
+                                                   uint32_t kernel);
   CUresult runRecomputes(std::vector<RecomputeCall>& calls, CUstream stream,
                          bool perThreadStream, const char* what, uint32_t kernel);
   // Maps new physical memory under a dropped buffer; its contents are undefined until
