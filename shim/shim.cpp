@@ -231,9 +231,9 @@ void Shim::printSummary() {
             (unsigned long long)s.programMappings, (unsigned long long)s.programPinned,
             (unsigned long long)s.programExtents, mib(s.peakDeviceBytes));
   printAllocPathSummary();
-  logLine("summary: %.3f s waiting for evictions (the host), %.3f s waiting for restores (the "
-          "device, measured), %llu launches over budget, %llu launches not analysed, %llu "
-          "pageable host fallbacks",
+  logLine("summary: %.3f s waiting for memory (the host: evictions, frees the device had not "
+          "passed), %.3f s waiting for restores (the device, measured), %llu launches over "
+          "budget, %llu launches not analysed, %llu pageable host fallbacks",
           s.stallNs / 1e9, s.restoreWaitNs / 1e9, (unsigned long long)s.overBudgetLaunches,
           (unsigned long long)s.unanalysedLaunches, (unsigned long long)s.pageableFallbacks);
   // The same in one machine-readable line, for scripts and tests.

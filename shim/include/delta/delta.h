@@ -41,7 +41,7 @@ struct delta_stats {
   uint64_t restores;
   uint64_t bytes_to_host;
   uint64_t bytes_to_device;
-  uint64_t stall_ns;             /* host time spent waiting for evictions */
+  uint64_t stall_ns;             /* host time spent waiting for memory (evictions, frees) */
   uint64_t over_budget_launches;
   uint64_t unanalysed_launches;
   /* Since API version 2. */
