@@ -101,6 +101,9 @@ TEST(DeltaPlay, WithoutTheShimTheGpuIsBusyForTheTracesTime) {
 }
 
 TEST(DeltaPlay, EveryTokenKeptUnderTheShimWithEveryPolicy) {
+  // Allocations that took over a freed buffer's memory while the device still used it (stream
+  // order): the tokens check those too.
+  unsigned long long adopted = 0;
   for (const Shape& shape : kShapes) {
     SCOPED_TRACE(shape.name);
     const std::string trace = writeTemporary(delta::testing::syntheticDtrLog(shape.net));
@@ -119,6 +122,7 @@ TEST(DeltaPlay, EveryTokenKeptUnderTheShimWithEveryPolicy) {
         EXPECT_EQ(shimmed.err.find("illegal address"), std::string::npos) << shimmed.err;
         EXPECT_EQ(summary(shimmed)["tokens"], summary(plain)["tokens"]);
         ASSERT_NE(shimmed.stat("budget_bytes"), ~0ull) << shimmed.err;
+        adopted += shimmed.stat("adopted_frees");
         const bool swapsOnly = std::string(policy) == "lru" || std::string(policy) == "swap-only";
         if (recompute && !swapsOnly) {
           EXPECT_GT(shimmed.stat("drops"), 0u) << shimmed.err;
@@ -130,6 +134,7 @@ TEST(DeltaPlay, EveryTokenKeptUnderTheShimWithEveryPolicy) {
     }
     std::remove(trace.c_str());
   }
+  EXPECT_GT(adopted, 0u) << "no run took over a freed buffer's memory: the tokens did not check it";
 }
 
 // `delta-trace replay --as-played N [--played-recompute]` models the workload as the player

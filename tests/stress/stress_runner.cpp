@@ -177,11 +177,12 @@ int main(int argc, char** argv) {
     }
     std::printf("%s: ok evictions %llu restores %llu bytes_to_host %llu bytes_to_device %llu "
                 "over_budget_launches %llu over_budget_allocations %llu evictions_ahead %llu "
-                "cancelled_evictions %llu\n",
+                "cancelled_evictions %llu adopted_frees %llu\n",
                 name.c_str(), shimmed.stat("evictions"), shimmed.stat("restores"),
                 shimmed.stat("bytes_to_host"), shimmed.stat("bytes_to_device"),
                 shimmed.stat("over_budget_launches"), shimmed.stat("over_budget_allocations"),
-                shimmed.stat("evictions_ahead"), shimmed.stat("cancelled_evictions"));
+                shimmed.stat("evictions_ahead"), shimmed.stat("cancelled_evictions"),
+                shimmed.stat("adopted_frees"));
   }
   std::fflush(stdout);
   return gFailures == 0 ? 0 : 1;
