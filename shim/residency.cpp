@@ -341,12 +341,20 @@ CUresult Residency::freeOrdered(CUdeviceptr address, CUstream stream, bool perTh
 bool Residency::adoptQuarantined(uint64_t mapped, CUmemGenericAllocationHandle* handle,
                                  CUevent* after, CUstream* afterStream) {
   for (Quarantined& entry : quarantine_) {
-    if (entry.lent || entry.handle == 0 || entry.mappedBytes != mapped || entry.stream == nullptr)
-      continue;
-    // Recorded on the same stream now: after the freed buffer's last use there, and an event
-    // of the new buffer's own (the entry keeps its own to unmap the old address).
+    if (entry.lent || entry.handle == 0 || entry.mappedBytes != mapped) continue;
+    // An event of the new buffer's own (the entry keeps its events to unmap the old address),
+    // after the freed buffer's last uses: recorded on their one stream now, or, used on
+    // several, on a stream of the shim's that waits for all of them and runs nothing else.
+    CUstream on = entry.stream;
+    if (on == nullptr) {
+      if (joinStream_ == nullptr &&
+          api_.cuStreamCreate(&joinStream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+        return false;
+      for (CUevent e : entry.events) api_.cuStreamWaitEvent(joinStream_, e, 0);
+      on = joinStream_;
+    }
     CUevent event = events_.take();
-    if (event == nullptr || api_.cuEventRecord(event, entry.stream) != CUDA_SUCCESS) {
+    if (event == nullptr || api_.cuEventRecord(event, on) != CUDA_SUCCESS) {
       events_.give(event);
       return false;
     }
@@ -354,7 +362,7 @@ bool Residency::adoptQuarantined(uint64_t mapped, CUmemGenericAllocationHandle* 
     // one, the new buffer's (after it, in stream order) through the new.
     *handle = entry.handle;
     *after = event;
-    *afterStream = entry.stream;
+    *afterStream = on;
     entry.lent = true;
     quarantinedBytes_ -= mapped;
     stats_.adoptedFrees++;

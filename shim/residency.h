@@ -410,8 +410,8 @@ class Residency {
     void* host;  // its host copy, of mappedBytes
     bool hostPinned;
     std::vector<CUevent> events;
-    // With one event, recorded on this program stream (else nullptr): a new allocation may
-    // take the memory over at once, ordered after it on the device (adoptQuarantined).
+    // With one event, recorded on this program stream (else nullptr): a new allocation that
+    // takes the memory over (adoptQuarantined) is ordered after it there.
     CUstream stream = nullptr;
     // The memory went to a new allocation: only the address is still mapped here, until the
     // events complete.
@@ -636,6 +636,7 @@ class Residency {
   int64_t d2hBusyUntilNs_ = 0;
   int64_t h2dBusyUntilNs_ = 0;
   CUstream prefetchStream_ = nullptr;
+  CUstream joinStream_ = nullptr;  // adoptQuarantined: after a freed buffer's uses on several streams
   Stats stats_;
   PlannerThread planner_;
   uint32_t plannedLaunches_ = 0;  // the iteration submitted, in launches

@@ -128,7 +128,7 @@ bool runDeviceFull(const std::vector<std::string>& command, const Outcome& plain
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s STRESS_WORKLOAD LIBDELTA_SO SEED [--policy NAME] [--device-full] "
+    std::fprintf(stderr, "usage: %s STRESS_WORKLOAD LIBDELTA_SO SEED [--policy NAME] [--device-full] [--expect-adoption] "
                  "[workload arguments...]\n", argv[0]);
     return 2;
   }
@@ -142,6 +142,11 @@ int main(int argc, char** argv) {
   }
   const bool deviceFull = next < argc && std::string(argv[next]) == "--device-full";
   if (deviceFull) ++next;
+  // The workload frees and allocates the same sizes: some allocation must take over a freed
+  // buffer's memory while the device still uses it (the digest then checks that order).
+  const bool expectAdoption = next < argc && std::string(argv[next]) == "--expect-adoption";
+  if (expectAdoption) ++next;
+  unsigned long long adopted = 0;
   std::vector<std::string> command = {workload, "--seed", seed};
   for (int i = next; i < argc; ++i) command.push_back(argv[i]);
 
@@ -183,7 +188,10 @@ int main(int argc, char** argv) {
                 shimmed.stat("over_budget_launches"), shimmed.stat("over_budget_allocations"),
                 shimmed.stat("evictions_ahead"), shimmed.stat("cancelled_evictions"),
                 shimmed.stat("adopted_frees"));
+    adopted += shimmed.stat("adopted_frees");
   }
+  if (expectAdoption && adopted == 0)
+    fail("seed " + seed, "no allocation took over a freed buffer's memory", plain);
   std::fflush(stdout);
   return gFailures == 0 ? 0 : 1;
 }

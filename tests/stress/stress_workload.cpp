@@ -30,6 +30,9 @@
 // --take-device SIZE: for the middle third of the run, another process (a cudasim fault) holds
 // SIZE bytes of the device; the results must not change.
 //
+// --size-classes N: every allocation is one of N sizes (log-spaced, 1 MiB to --max-bytes), so
+// that freed memory fits the next allocations, as in a training loop.
+//
 // --program-vmm 1: a quarter of the allocations of 1 MiB or more are the program's own virtual
 // memory, as a framework's expandable segment: a reservation of their own (one unmapped
 // granule after the buffer), physical memory made with cuMemCreate in pieces of 2 or 4 MiB,
@@ -205,6 +208,7 @@ struct Options {
   uint64_t takeDevice = 0;           // another process takes this much of the device for the
                                      // middle third of the run (thread 0's ops)
   bool programVmm = false;           // some allocations are the program's own virtual memory
+  uint64_t sizeClasses = 0;          // > 0: every size one of this many (recurring shapes)
 };
 
 constexpr uint64_t kMinBytes = 1 << 10;
@@ -496,8 +500,19 @@ class Worker {
     return pool_;
   }
 
+  // Class k of --size-classes: log-spaced from 1 MiB to --max-bytes, the same in every
+  // thread and run, as a training loop allocates the same shapes again and again.
+  uint64_t sizeClass(uint64_t k) const {
+    const uint64_t n = options_.sizeClasses;
+    if (n == 1) return options_.maxBytes;
+    const double lo = 1 << 20;
+    const double ratio = static_cast<double>(options_.maxBytes) / lo;
+    return static_cast<uint64_t>(lo * std::pow(ratio, static_cast<double>(k) / static_cast<double>(n - 1)));
+  }
+
   void allocate() {
-    const uint64_t bytes = rng_.logUniform(kMinBytes, options_.maxBytes);
+    const uint64_t bytes = options_.sizeClasses > 0 ? sizeClass(rng_.below(options_.sizeClasses))
+                                                    : rng_.logUniform(kMinBytes, options_.maxBytes);
     // Make room under this thread's share of the peak: free the coldest buffers first (a
     // budget has most likely evicted them).
     while (!buffers_.empty() && live_ + bytes > liveLimit_) freeAt(leastRecent());
@@ -1039,7 +1054,7 @@ bool parseSize(const char* text, uint64_t* out) {
   std::fprintf(stderr,
                "stress-workload: %s\nusage: stress-workload [--seed S] [--ops N] [--threads T] "
                "[--max-bytes SIZE] [--peak-hint SIZE] [--check-every N] [--per-thread-stream 0|1] "
-               "[--take-device SIZE] [--program-vmm 0|1]\n",
+               "[--take-device SIZE] [--program-vmm 0|1] [--size-classes N]\n",
                why);
   std::exit(2);
 }
@@ -1063,6 +1078,7 @@ int main(int argc, char** argv) {
     else if (name == "--per-thread-stream") options.perThreadStream = number != 0;
     else if (name == "--take-device") options.takeDevice = number;
     else if (name == "--program-vmm") options.programVmm = number != 0;
+    else if (name == "--size-classes") options.sizeClasses = number;
     else usage(("unknown option " + name).c_str());
   }
   if (options.threads < 1 || options.threads > 64) usage("--threads must be 1 to 64");
