@@ -26,10 +26,11 @@ namespace {
 // are kept (only tHeldDepth moves) so that the launch path does not allocate once grown.
 struct HeldLaunch {
   std::vector<uint32_t> ids;
-  bool perThreadStream = false;  // the work went to this thread's default stream
-  CUevent fence = nullptr;       // then: this thread's fence, recorded once the work is in
-  CUevent mark = nullptr;        // else, once memory has been short: its launch mark, recorded
-  CUstream markStream = nullptr;  // once the work is in this stream
+  // Recorded on afterStream once the work is in it, before the holds end: on this thread's
+  // default stream, the thread's fence; on another, once memory has been short, the launch's
+  // mark; else nullptr.
+  CUevent after = nullptr;
+  CUstream afterStream = nullptr;
 };
 thread_local std::vector<HeldLaunch> tHeld;
 thread_local size_t tHeldDepth = 0;
@@ -717,9 +718,7 @@ CUresult Residency::prepare(CUstream stream, bool perThreadApi, const Touch* tou
   // Nothing to record unless the work gets as far as being prepared (a first pass that only
   // regenerates dropped buffers holds them, and an error after it must not record a stale one).
   tHeld[tHeldDepth].ids.clear();
-  tHeld[tHeldDepth].fence = nullptr;
-  tHeld[tHeldDepth].mark = nullptr;
-  tHeld[tHeldDepth++].perThreadStream = false;
+  tHeld[tHeldDepth++].after = nullptr;
   std::vector<RecomputeCall> calls;  // empty (no allocation) unless something was dropped
   const char* what = nullptr;
   uint32_t kernel = 0;
@@ -967,22 +966,19 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   // Held from here until the work is in its stream: neither this thread's recompute callbacks
   // nor other threads may evict them meanwhile.
   HeldLaunch& launchHeld = tHeld[tHeldDepth - 1];
-  launchHeld.perThreadStream = perThreadStream;
-  launchHeld.fence = nullptr;
-  launchHeld.mark = mark;
-  launchHeld.markStream = stream;
+  launchHeld.after = mark;
+  launchHeld.afterStream = stream;
   if (perThreadStream && !workingSet_.empty()) {
-    launchHeld.fence = threadFence();
+    launchHeld.after = threadFence();
+    launchHeld.afterStream = CU_STREAM_PER_THREAD;
     // Without a fence the uses cannot be told apart from other threads': evicting or freeing
     // these buffers will synchronise the device instead.
-    if (launchHeld.fence == nullptr)
+    if (launchHeld.after == nullptr)
       for (uint32_t id : workingSet_) buffers_[id].manyStreams = true;
   }
   hold(launchHeld, workingSet_, heldCounts_.get());
   return CUDA_SUCCESS;
 }
-
-
 
 void Residency::prefetch(int64_t now) {
   // Only into free room: a prefetch never evicts (what it would evict may be needed sooner).
@@ -1023,11 +1019,9 @@ void Residency::releaseHeld() {
   if (held.empty()) return;
   // After the work: whoever evicts or frees these buffers waits for this record (or a later
   // one of the same stream) before the hold below is seen to end.
-  CUevent after = launchHeld.fence != nullptr ? launchHeld.fence : launchHeld.mark;
-  if (after != nullptr) {
+  if (launchHeld.after != nullptr) {
     ReentryGuard guard;
-    CUstream stream = launchHeld.fence != nullptr ? CU_STREAM_PER_THREAD : launchHeld.markStream;
-    if (api_.cuEventRecord(after, stream) != CUDA_SUCCESS) {
+    if (api_.cuEventRecord(launchHeld.after, launchHeld.afterStream) != CUDA_SUCCESS) {
       std::lock_guard lock(mutex_);
       for (uint32_t id : held) buffers_[id].manyStreams = true;
     }

@@ -15,7 +15,9 @@
 // no allocation once the per-launch scratch vectors have grown. The one exception is a launch
 // on the calling thread's default stream (cudaStreamPerThread, _ptsz/_ptds calls): one
 // cuEventRecord per launch (the thread's fence, below), because no other thread can name that
-// stream. Measured with callgrind (bench/shim_bench, hook/fake/hit8_fixed/1000, instructions
+// stream. Once memory has been short, a launch on any other stream also records one event
+// after it (its launch mark, LaunchMarks below), so that an eviction waits for the victim's
+// last launch rather than for the stream's tail. Measured with callgrind (bench/shim_bench, hook/fake/hit8_fixed/1000, instructions
 // per launch): releaseHeld 81, the parameter-layout lookup about 30 (thread-local cache), no
 // lock but this one (docs/shim.md, Costs).
 //
@@ -37,9 +39,11 @@
 // thread (planner_thread.h) and takes no lock of ours; the launch path checks one flag.
 //
 // Recompute: a buffer registered through the public API may be dropped (unmapped, no copy)
-// instead of swapped. A callback buffer is regenerated when work touches it: prepare() maps
-// fresh memory, holds the work's buffers, releases the lock, and calls the program's callback,
-// whose own launches come back through prepare() (nested, bounded by kMaxRecomputeDepth). One
+// instead of swapped. A callback buffer is regenerated when work touches it: prepare() holds
+// the work's buffers, releases the lock, and calls the program's callback, whose own launches
+// come back through prepare() (nested, bounded by kMaxRecomputeDepth); the buffer gets fresh
+// memory when the callback's work that writes it is prepared, its inputs there by then, and
+// the touching work is prepared again (regenerateThenPrepare). One
 // thread at a time runs callbacks (recomputeOwner_), so producers that need each other cannot
 // deadlock across threads; others wait on regenerated_ only when they need such a buffer.
 #pragma once

@@ -326,6 +326,37 @@ TEST(ResidencyQuarantine, WhenShortAFreedBuffersMemoryGoesToTheNextAllocationAft
   fakeDriverLog().eventsPending = false;
 }
 
+TEST(ResidencyQuarantine, AHostThatNeedsRoomWaitsForTheOldestFreesOnly) {
+  // Two buffers of two granules freed with their work still in flight; an allocation of one
+  // granule (no freed buffer of its size to take over) needs one granule back: the host waits
+  // for the older free only. The newer one is still there for the next allocation of its
+  // size to take over; had the host waited for every free, there would be nothing to take.
+  auto r = residencyFor(6 * kBuffer);
+  std::vector<CUdeviceptr> big;
+  for (int i = 0; i < 3; ++i) {
+    CUdeviceptr address = 0;
+    ASSERT_EQ(r->allocate(2 * kBuffer, &address), CUDA_SUCCESS);
+    big.push_back(address);
+  }
+  fakeDriverLog().reset(true);
+  fakeDriverLog().eventsPending = true;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(prepare(*r, kStream, {big[i]}), CUDA_SUCCESS);
+    r->releaseHeld();
+    ASSERT_TRUE(r->free(big[i]));
+  }
+  CUdeviceptr small = 0;
+  ASSERT_EQ(r->allocate(kBuffer, &small), CUDA_SUCCESS);
+  EXPECT_EQ(r->stats().adoptedFrees, 0u);
+  EXPECT_EQ(fakeDriverLog().copiesOut, 0u);
+  CUdeviceptr again = 0;
+  ASSERT_EQ(r->allocate(2 * kBuffer, &again), CUDA_SUCCESS);
+  EXPECT_EQ(r->stats().adoptedFrees, 1u) << "the newer free was waited for too";
+  EXPECT_EQ(fakeDriverLog().copiesOut, 0u);
+  EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
+  fakeDriverLog().eventsPending = false;
+}
+
 // A chain of results, each computed from the one before; the first is an input (never
 // dropped). The callback of each re-runs its producer: one launch over its input and itself.
 struct ChainLink {
