@@ -655,7 +655,7 @@ CUevent Residency::beginWaitTiming(CUstream stream) {
   return start;
 }
 
-void Residency::endWaitTiming(CUevent start, CUstream stream) {
+void Residency::endWaitTiming(CUevent start, CUstream stream, DeviceTiming::Kind kind, uint64_t bytes) {
   if (start == nullptr) return;
   CUevent end = timingEvents_.take();
   if (end == nullptr || api_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
@@ -663,8 +663,7 @@ void Residency::endWaitTiming(CUevent start, CUstream stream) {
     timingEvents_.give(end);
     return;
   }
-  timings_.push_back(DeviceTiming{DeviceTiming::Kind::kRestoreWait, 0, 0, 0, start, end,
-                                  tRecomputeDepth});
+  timings_.push_back(DeviceTiming{kind, 0, 0, 0, start, end, tRecomputeDepth, bytes});
 }
 
 void Residency::traceWork(CUstream stream, const WorkInfo& work, uint32_t kernel, bool analysed,

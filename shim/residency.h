@@ -395,7 +395,10 @@ class Residency {
   // (its cost, onRecomputeMeasured), or the time a stream stood still for a buffer's restore
   // (its own copy on demand, or a prefetch still in flight when the work came; restoreWaitNs).
   struct DeviceTiming {
-    enum class Kind : uint8_t { kRecompute, kRestoreWait };
+    // kRestoreWait: a stream stood still for a restore on another; kRestoreCopy: for the
+    // restore's copy on its own (a wait, and what the link gives); kPrefetchCopy: a prefetch's
+    // copy on the shim's stream (what the link gives: onCopyMeasured).
+    enum class Kind : uint8_t { kRecompute, kRestoreWait, kRestoreCopy, kPrefetchCopy };
     Kind kind;
     uint32_t id;         // kRecompute: the buffer regenerated, and its serial
     uint64_t serial;
@@ -406,6 +409,7 @@ class Residency {
     // program's work). A callback's time covers the timings inside it, which end, and are
     // read, before it.
     int depth;
+    uint64_t bytes = 0;  // copies: the bytes copied
   };
   struct Quarantined {  // freed, but work that used it may still run
     CUdeviceptr address;
@@ -539,7 +543,8 @@ class Residency {
   // Timing events around what makes `stream` wait for a restore (its copy, a wait for a
   // prefetch in flight): begin before it, end after it; read by pollTimings.
   CUevent beginWaitTiming(CUstream stream);
-  void endWaitTiming(CUevent start, CUstream stream);
+  void endWaitTiming(CUevent start, CUstream stream,
+                     DeviceTiming::Kind kind = DeviceTiming::Kind::kRestoreWait, uint64_t bytes = 0);
   void collect(const Touch& touch, std::vector<uint32_t>& ids);
   CUresult prepareLocked(std::unique_lock<std::mutex>& lock, CUstream stream,
                          bool perThreadStream, const Touch* touches, size_t count,

@@ -561,15 +561,17 @@ CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause,
       continue;
     }
     // On the stream of the work that needs it: that work is ordered after the copy, and stands
-    // still for as long as the copy takes (measured, unless it is a prefetch on its own stream).
-    CUevent waitStart = prefetched ? nullptr : beginWaitTiming(stream);
+    // still for as long as the copy takes (measured; a prefetch's, on its own stream, is not a
+    // wait). Either way the time tells what the link gives (onCopyMeasured).
+    CUevent waitStart = beginWaitTiming(stream);
     result = api_.cuMemcpyHtoDAsync_v2(buffer.address, buffer.host, buffer.bytes, stream);
     if (result != CUDA_SUCCESS) {
       timingEvents_.give(waitStart);
       api_.cuMemUnmap(buffer.address, buffer.mappedBytes);
       releasePhysical(buffer.mappedBytes, handle, buffer.program);
     } else {
-      endWaitTiming(waitStart, stream);
+      endWaitTiming(waitStart, stream,
+                    prefetched ? DeviceTiming::Kind::kPrefetchCopy : DeviceTiming::Kind::kRestoreCopy, buffer.bytes);
       h2dBusyUntilNs_ = std::max(start, h2dBusyUntilNs_) +
                         policy_->costs().transferNs(policy::Direction::kHostToDevice, buffer.bytes);
     }

@@ -229,9 +229,13 @@ void Residency::pollTimings() {
               buffer.live && buffer.serial == timing.serial ? timing.id : policy::kNoBuffer,
               timing.estimateNs, own);
       } else {
-        stats_.restoreWaitNs += static_cast<uint64_t>(measured);
-        // Inside a callback: an input restored for the regeneration, its own swap's cost.
-        if (timing.depth > 0) nestedTime(timing.depth + 1) += measured;
+        if (timing.bytes > 0 && measured > 0)
+          policy_->onCopyMeasured(policy::Direction::kHostToDevice, timing.bytes, measured);
+        if (timing.kind != DeviceTiming::Kind::kPrefetchCopy) {
+          stats_.restoreWaitNs += static_cast<uint64_t>(measured);
+          // Inside a callback: an input restored for the regeneration, its own swap's cost.
+          if (timing.depth > 0) nestedTime(timing.depth + 1) += measured;
+        }
       }
     }
     if (timing.kind == DeviceTiming::Kind::kRecompute && state != CUDA_SUCCESS)

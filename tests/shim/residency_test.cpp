@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "policy/lru_policy.h"
 #include "policy/policy_factory.h"
 #include "tests/common/fake_driver.h"
 
@@ -282,6 +283,41 @@ TEST(ResidencyMarks, OnceMemoryWasShortAnEvictionWaitsForTheVictimsLastLaunchNot
   EXPECT_EQ(std::count_if(recorded.begin(), recorded.end(), [](const auto& e) { return e.second == kStream; }), 4)
       << "the eviction recorded an event at the tail of the program's stream";
   // Never short: no marks (ResidencyLaunchPath.WhenNothingMovesNoDriverCall).
+}
+
+TEST(ResidencyCosts, WhatTheLinkGivesEachWayIsMeasuredFromTheCopiesTimed) {
+  // The policy starts from 12 GB/s each way. The fake device takes 1 ms per copy of a 2 MiB
+  // buffer (2.1 GB/s) out and back, whether the buffer is restored on demand or prefetched:
+  // both estimates move towards it, each from its own direction's copies.
+  for (bool prefetch : {false, true}) {
+    SCOPED_TRACE(prefetch);
+    auto owned = std::make_unique<policy::LruPolicy>(policy::PolicyConfig{});
+    const policy::Policy* policy = owned.get();
+    ResidencyConfig config;
+    config.budgetBytes = 4 * kBuffer;
+    config.hostLimitBytes = 1ull << 30;
+    config.prefetch = prefetch;
+    Residency r(fakeDriver(), config, std::move(owned), kBuffer);
+    const std::vector<CUdeviceptr> b = allocate(r, 4);
+    fakeDriverLog().reset(false);
+    const double start = policy->costs().bytesPerNs(policy::Direction::kHostToDevice);
+    ASSERT_EQ(start, 12.0);
+    for (int round = 0; round < 20; ++round) {  // each buffer in turn: one evicted, one restored
+      for (CUdeviceptr buffer : b) {
+        ASSERT_EQ(prepare(r, kStream, {buffer}), CUDA_SUCCESS);
+        r.releaseHeld();
+      }
+      CUdeviceptr extra = 0;
+      ASSERT_EQ(r.allocate(kBuffer, &extra), CUDA_SUCCESS);
+      ASSERT_EQ(prepare(r, kStream, {extra}), CUDA_SUCCESS);
+      r.releaseHeld();
+      ASSERT_TRUE(r.free(extra));
+    }
+    ASSERT_GT(r.stats().restores, 10u);
+    const double linkBytesPerNs = static_cast<double>(kBuffer) / 1e6;
+    EXPECT_NEAR(policy->costs().bytesPerNs(policy::Direction::kHostToDevice), linkBytesPerNs, 0.5);
+    EXPECT_NEAR(policy->costs().bytesPerNs(policy::Direction::kDeviceToHost), linkBytesPerNs, 0.5);
+  }
 }
 
 TEST(ResidencyQuarantine, WhenShortAFreedBuffersMemoryGoesToTheNextAllocationAfterItsLastUse) {
