@@ -7,10 +7,17 @@
 namespace delta::policy {
 
 AccessPattern::AccessPattern(std::uint32_t max_buffers, std::uint32_t max_launches,
-                             std::uint32_t max_uses)
-    : max_launches_(max_launches) {
+                             std::uint32_t max_uses, bool timed)
+    : max_launches_(max_launches), timed_(timed) {
   a_.reserve(max_buffers, max_launches, max_uses);
   b_.reserve(max_buffers, max_launches, max_uses);
+  if (timed_) {
+    for (DeviceEnds& ends : ends_) {
+      ends.start.resize(max_launches, kNotReported);
+      ends.end.resize(max_launches, kNotReported);
+    }
+    offsets_.resize(static_cast<std::size_t>(max_launches) + 1);
+  }
 }
 
 std::uint64_t AccessPattern::signature(const Launch& launch) {
@@ -28,19 +35,28 @@ void AccessPattern::onIteration(std::int64_t now_ns) {
 }
 
 void AccessPattern::boundary(std::int64_t now_ns) {
-  if (started_ && position_ > 0) {
+  const bool closing = started_ && position_ > 0;
+  bool learned = false;
+  if (closing) {
+    // The iteration before the one closing is timed now, by what the device reported of it, if
+    // not yet: the learned iteration may change below, and those times are of its launches.
+    DeviceEnds& older = ends_[open_ends_ ^ 1];
+    if (timed_ && !older.done) applyDeviceEnds(older);
     const bool repeat = !relearn_next_ && learned_->ready() &&
                         recording_->length() == learned_->length() && recording_hash_ == learned_hash_;
+    learned = repeat;
     if (!repeat) {
       recording_->finish(now_ns - iteration_start_ns_);
       if (recording_->ready()) {
         std::swap(learned_, recording_);
         learned_hash_ = recording_hash_;
         ++generation_;
+        learned = true;
       }
     }
     relearn_next_ = false;
   }
+  startDeviceEnds(closing, learned);
   recording_->clear();
   recording_hash_ = 0;
   started_ = true;
@@ -64,6 +80,7 @@ void AccessPattern::onLaunch(const Launch& launch) {
     recording_hash_ = 0;
     position_ = 0;
     iteration_start_ns_ = launch.now_ns;
+    startDeviceEnds(false, false);
     anchor_limit_ = std::max(anchor_limit_, std::min(2 * anchor_limit_, max_launches_));
   }
   if (position_ == 0) first_signature_ = sig;
@@ -71,6 +88,79 @@ void AccessPattern::onLaunch(const Launch& launch) {
   recording_hash_ = (recording_hash_ ^ sig) * 1099511628211ull;
   alloc_since_launch_ = 0;
   ++position_;
+  if (timed_) {
+    DeviceEnds& open = ends_[open_ends_];
+    if (open.length < open.end.size()) {
+      open.end[open.length++] = kNotReported;
+    } else {
+      open.done = true;  // over capacity: not learned either
+    }
+  }
+  ++launches_;
+}
+
+void AccessPattern::startDeviceEnds(bool close, bool learned) {
+  if (!timed_) return;
+  DeviceEnds* open = &ends_[open_ends_];
+  if (close) {
+    open->closed = true;
+    open->learned = learned;
+    // Reported in full already (the device caught up before the boundary): timed at once.
+    if (complete(*open)) applyDeviceEnds(*open);
+    open_ends_ ^= 1;
+    open = &ends_[open_ends_];
+  }
+  *open = DeviceEnds{std::move(open->start), std::move(open->end), launches_, 0, 0, false, false, false};
+}
+
+bool AccessPattern::onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns) {
+  if (!timed_) return false;
+  const std::uint32_t before = device_timed_;
+  for (std::uint32_t k = 0; k < 2; ++k) {
+    DeviceEnds& ends = ends_[k];
+    if (ends.done || launch < ends.first || launch - ends.first >= ends.length) continue;
+    const auto pos = static_cast<std::uint32_t>(launch - ends.first);
+    if (ends.end[pos] == kNotReported) {
+      ends.start[pos] = std::min(device_start_ns, device_end_ns);
+      ends.end[pos] = device_end_ns;
+      ++ends.reported;
+    }
+    // The device reached a later iteration: what is missing of the earlier one is not coming
+    // soon (a launch without a report, or a stream that lags).
+    DeviceEnds& other = ends_[k ^ 1];
+    if (!other.done && other.closed && other.first < ends.first) applyDeviceEnds(other);
+    if (complete(ends)) applyDeviceEnds(ends);
+    break;
+  }
+  return device_timed_ != before;
+}
+
+bool AccessPattern::complete(const DeviceEnds& ends) {
+  return !ends.done && ends.closed && ends.reported == ends.length;
+}
+
+bool AccessPattern::applyDeviceEnds(DeviceEnds& ends) {
+  ends.done = true;
+  if (!ends.learned || ends.reported == 0 || !learned_->ready() || learned_->length() != ends.length) {
+    return false;
+  }
+  // The iteration as the device would run it with nothing to wait for: each launch adds the
+  // time it ran beyond the end of every launch before it (on one stream, its own run time; on
+  // streams that overlap, what it adds to the busy time), never its waits for restores,
+  // recomputes or a host that fell behind, which depend on what the policy does. A launch
+  // with no report adds nothing.
+  std::int64_t frontier = INT64_MIN;
+  std::int64_t offset = 0;
+  for (std::uint32_t p = 0; p < ends.length; ++p) {
+    offsets_[p] = offset;
+    if (ends.end[p] == kNotReported) continue;
+    offset += std::max<std::int64_t>(0, ends.end[p] - std::max(ends.start[p], frontier));
+    frontier = std::max(frontier, ends.end[p]);
+  }
+  offsets_[ends.length] = offset;
+  if (!learned_->retime(std::span<const std::int64_t>(offsets_.data(), ends.length + 1))) return false;
+  ++device_timed_;
+  return true;
 }
 
 }  // namespace delta::policy

@@ -8,10 +8,21 @@
 // Cost: onLaunch is O(buffers of the launch) (a hash and a copy into preallocated storage); a
 // boundary costs UseSchedule::finish, O(uses + buffer capacity). Nothing allocates after
 // construction. A recording over capacity is dropped and prediction keeps the last good one.
+//
+// Its times are the caller's clock at each launch. A caller whose launches run later, on a
+// device, can report when each ran there (onLaunchTimed): once an iteration's launches are
+// reported, the learned iteration (when it is that iteration's launches) is timed by the
+// device instead, as it would run with nothing to wait for: each launch adds what it ran
+// beyond the launches before it, and no wait (for a restore, a recompute, a host that fell
+// behind), which depends on what the policy did, not on the work. The host runs ahead of the
+// device and blocks only now and then; its intervals say little of how long the device takes
+// to reach a launch, which is what predictions of next use, of room to make ahead and the
+// planner's op times are about. Cost: O(1) per report, O(launches) once per iteration timed.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "policy/use_schedule.h"
 
@@ -19,7 +30,9 @@ namespace delta::policy {
 
 class AccessPattern {
  public:
-  AccessPattern(std::uint32_t max_buffers, std::uint32_t max_launches, std::uint32_t max_uses);
+  // timed: the caller will report device times (onLaunchTimed); storage is reserved for them.
+  AccessPattern(std::uint32_t max_buffers, std::uint32_t max_launches, std::uint32_t max_uses,
+                bool timed = false);
 
   void onAlloc(std::uint64_t bytes) { alloc_since_launch_ += bytes; }
   void onFree(BufferId id, std::uint64_t bytes) { recording_->addFree(id, bytes); }
@@ -43,13 +56,39 @@ class AccessPattern {
   // The learned iteration, timed as `offsets_ns` (UseSchedule::retime): what its launches are
   // expected to take from now on, when the caller knows better than the last iteration did.
   bool retimeLearned(std::span<const std::int64_t> offsets_ns) { return learned_->retime(offsets_ns); }
+  // The `launch`-th onLaunch (from 0) ran on the device from `device_start_ns` (after what it
+  // waited for) to `device_end_ns`. True when this report completed an iteration whose times
+  // then replaced the learned iteration's (every prediction changed): an iteration is complete
+  // when all its launches are reported, or when a launch of a later one is (those missing add
+  // no time). Reports for iterations older than the last complete one are ignored.
+  bool onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns);
+  // Iterations whose device times replaced the learned iteration's.
+  std::uint32_t deviceTimed() const { return device_timed_; }
 
  private:
   static constexpr std::uint32_t kMinPeriod = 8;
   static constexpr std::uint32_t kFirstAnchorLimit = 256;
 
+  static constexpr std::int64_t kNotReported = INT64_MIN;
+  // One iteration's launches as the device ran them.
+  struct DeviceEnds {
+    std::vector<std::int64_t> start;  // by position: when it began to run, once reported
+    std::vector<std::int64_t> end;    // by position: when it ended, or kNotReported
+    std::uint64_t first = 0;          // the onLaunch index of position 0
+    std::uint32_t length = 0;         // launches so far (at its boundary: all of them)
+    std::uint32_t reported = 0;
+    bool closed = false;              // its boundary has passed
+    bool learned = false;             // closed, and the learned iteration is its launches
+    bool done = true;                 // applied, or of no use: later reports are ignored
+  };
+
   static std::uint64_t signature(const Launch& launch);
   void boundary(std::int64_t now_ns);
+  // A new iteration's ends start at the next launch; the one before it closes.
+  void startDeviceEnds(bool close, bool learned);
+  // Closed, every launch reported, not applied yet.
+  static bool complete(const DeviceEnds& ends);
+  bool applyDeviceEnds(DeviceEnds& ends);
 
   UseSchedule a_;
   UseSchedule b_;
@@ -68,6 +107,13 @@ class AccessPattern {
   bool started_ = false;
   bool markers_ = false;  // the caller gives iteration markers: do not detect
   bool relearn_next_ = false;
+
+  const bool timed_;
+  DeviceEnds ends_[2];
+  std::uint32_t open_ends_ = 0;  // ends_ index of the iteration being recorded
+  std::uint64_t launches_ = 0;   // onLaunch calls so far
+  std::uint32_t device_timed_ = 0;
+  std::vector<std::int64_t> offsets_;  // scratch for applyDeviceEnds: max_launches + 1
 };
 
 }  // namespace delta::policy

@@ -11,7 +11,7 @@ namespace delta::policy {
 
 DeltaPolicy::DeltaPolicy(const PolicyConfig& config, DirectorMode mode)
     : Policy(config),
-      pattern_(config.max_buffers, config.max_launches, config.max_uses),
+      pattern_(config.max_buffers, config.max_launches, config.max_uses, config.timed_launches),
       director_(mode),
       mode_(mode),
       planned_(config.budget_bytes > 0 ? config.max_buffers : 0),
@@ -70,6 +70,7 @@ void DeltaPolicy::onLaunch(const Launch& launch) {
   checkRestores(launch);
   pattern_.onLaunch(launch);
   relearnIfChanged();
+  retimedIfChanged();
   atBoundary();
   // Recorded after planning: a boundary makes this launch position 0 of the new iteration,
   // and the plan reads the old one's.
@@ -127,7 +128,19 @@ void DeltaPolicy::checkRestores(const Launch& launch) {
 void DeltaPolicy::onIteration(std::int64_t now_ns) {
   pattern_.onIteration(now_ns);
   relearnIfChanged();
+  retimedIfChanged();
   atBoundary();
+}
+
+void DeltaPolicy::onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns) {
+  pattern_.onLaunchTimed(launch, device_start_ns, device_end_ns);
+  retimedIfChanged();
+}
+
+void DeltaPolicy::retimedIfChanged() {
+  if (pattern_.deviceTimed() == device_timed_) return;
+  device_timed_ = pattern_.deviceTimed();
+  reindexAll();
 }
 
 void DeltaPolicy::relearnIfChanged() {

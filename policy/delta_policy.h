@@ -40,6 +40,10 @@ class DeltaPolicy : public Policy {
   void onLaunch(const Launch& launch) override;
   void onIteration(std::int64_t now_ns) override;
   void onWaited(BufferId id, std::int64_t waited_ns) override;
+  // The learned iteration is timed by the device once an iteration's launches are reported
+  // (AccessPattern::onLaunchTimed); every rank changes then (once per iteration timed).
+  void onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns) override;
+  bool wantsLaunchTimes() const override { return config_.timed_launches; }
   std::size_t choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out) override;
   std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& horizon_ns) const override;
   // With PolicyConfig::plan_elsewhere (policy.h): a newly learned iteration becomes a request
@@ -99,6 +103,7 @@ class DeltaPolicy : public Policy {
   static constexpr std::int64_t kDefaultPeriodNs = 1'000'000'000;
 
   void relearnIfChanged();
+  void retimedIfChanged();
   void replan();
   // Copies what the planner reads into request_ and raises plan_wanted_.
   void requestPlan();
@@ -134,6 +139,7 @@ class DeltaPolicy : public Policy {
   std::uint32_t boundaries_seen_ = 0;
   std::uint32_t plans_adopted_ = 0;
   std::uint32_t generation_ = 0;
+  std::uint32_t device_timed_ = 0;  // pattern_.deviceTimed() when last re-ranked
   // For the planner: each id's size and hook cost as it was when freed (the learned iteration
   // refers to buffers long gone), and what each launch of the iteration waited.
   std::vector<PlannedBuffer> planned_;

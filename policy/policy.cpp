@@ -101,6 +101,8 @@ void Policy::onCopyMeasured(Direction dir, std::uint64_t bytes, std::int64_t ns)
 
 void Policy::onWaited(BufferId, std::int64_t) {}
 
+void Policy::onLaunchTimed(std::uint64_t, std::int64_t, std::int64_t) {}
+
 void Policy::deliverPlan(Plan&&) {}
 
 std::size_t Policy::choosePrefetches(const PrefetchRequest&, std::span<Prefetch>) { return 0; }

@@ -43,6 +43,9 @@ struct PolicyConfig {
   // the plan it hands back is adopted at the next iteration boundary. false: planned in the
   // call that learns the iteration (the simulator).
   bool plan_elsewhere = false;
+  // The caller reports when each launch ran on the device (onLaunchTimed), and delta times
+  // the iteration it learns by those times: storage for them is reserved at construction.
+  bool timed_launches = false;
 };
 
 struct Plan;
@@ -82,6 +85,15 @@ class Policy {
   // which a model of the copy engines and the memory can only estimate; policies that learn
   // from it (delta) weigh their next choices by it. Default: ignored.
   virtual void onWaited(BufferId id, std::int64_t waited_ns);
+  // The `launch`-th call of onLaunch (from 0) ran on the device from `device_start_ns` (once
+  // what it waited for was there) to `device_end_ns` (any origin, the same for every call).
+  // Reported once the device has run it, so usually several launches later, in any order
+  // across streams, and not for every launch. The replay has no need of it: its launch times
+  // are its device's. Default: ignored.
+  virtual void onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns);
+  // Whether onLaunchTimed is of any use to this policy: a caller that must pay to measure the
+  // device's times asks first.
+  virtual bool wantsLaunchTimes() const { return false; }
 
   // --- Queries. ---
   // Fills `out` with victims, best first, until their bytes reach `request.bytes` or `out` is

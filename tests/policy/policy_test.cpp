@@ -344,6 +344,154 @@ TEST(AccessPattern, ALearnedIterationCanBeRetimedNotReshaped) {
   EXPECT_EQ(pattern.generation(), learned);  // the same launches: predictions keep their index
 }
 
+// The host issues launches far ahead of the device (10 ns apart here); the device runs them
+// `device_gap` apart. Reports come `lag` launches late, in order or not, some never.
+struct DeviceRun {
+  AccessPattern pattern{64, 256, 4096, true};
+  std::uint64_t launched = 0;
+  std::int64_t host_ns = 0;
+  void iteration(std::uint32_t length, std::uint32_t first_id = 0) {
+    pattern.onIteration(host_ns);
+    for (std::uint32_t i = 0; i < length; ++i) {
+      const BufferId ids[] = {static_cast<BufferId>((first_id + i) % 64)};
+      pattern.onLaunch({host_ns += 10, 0, ids});
+      ++launched;
+    }
+  }
+};
+
+TEST(AccessPattern, TheDeviceTimesTheLearnedIterationByWhatItsLaunchesRanNotWhatTheyWaited) {
+  for (std::uint32_t length : {5u, 17u, 64u}) {
+    for (std::int64_t unit : {1'000, 250'000}) {
+      for (bool reversed : {false, true}) {
+        SCOPED_TRACE(testing::Message() << length << " launches, " << unit << " ns, reversed " << reversed);
+        DeviceRun run;
+        run.iteration(length);
+        run.iteration(length);
+        run.pattern.onIteration(run.host_ns);
+        ASSERT_TRUE(run.pattern.schedule().ready());
+        EXPECT_EQ(run.pattern.schedule().offsetNs(length - 1), 10 * static_cast<std::int64_t>(length));
+        // On the device (origin 7 ms) each launch runs 1-3 units; every fourth first waits 5
+        // (a restore, a recompute, a host that fell behind).
+        std::vector<std::int64_t> start(run.launched), end(run.launched);
+        std::int64_t t = 7'000'000;
+        for (std::uint64_t k = 0; k < run.launched; ++k) {
+          start[k] = t + (k % 4 == 3 ? 5 * unit : 0);
+          end[k] = t = start[k] + static_cast<std::int64_t>(k % 3 + 1) * unit;
+        }
+        std::uint32_t retimed = 0;
+        for (std::uint64_t k = 0; k < run.launched; ++k) {
+          const std::uint64_t launch = reversed ? run.launched - 1 - k : k;
+          retimed += run.pattern.onLaunchTimed(launch, start[launch], end[launch]) ? 1 : 0;
+        }
+        // The second iteration (the learned one repeated) is timed by the device, once.
+        EXPECT_EQ(retimed, 1u);
+        EXPECT_EQ(run.pattern.deviceTimed(), 1u);
+        std::int64_t ran = 0;
+        for (std::uint32_t pos = 0; pos < length; ++pos) {
+          EXPECT_EQ(run.pattern.schedule().offsetNs(pos), ran) << pos;
+          ran += end[length + pos] - start[length + pos];
+        }
+        EXPECT_EQ(run.pattern.schedule().durationNs(), ran);
+        EXPECT_EQ(run.pattern.schedule().nextUseNs(0, 1), ran - (end[length] - start[length]));  // wraps
+      }
+    }
+  }
+}
+
+TEST(AccessPattern, WithoutTheFlagReportsChangeNothing) {
+  AccessPattern untimed(64, 256, 4096);
+  const BufferId ids[] = {1};
+  for (std::int64_t start : {0, 1000}) {
+    untimed.onIteration(start);
+    for (int i = 0; i < 4; ++i) untimed.onLaunch({start + i * 10, 0, ids});
+  }
+  untimed.onIteration(2000);
+  for (std::uint64_t k = 0; k < 8; ++k) {
+    const auto at = static_cast<std::int64_t>(k) * 1'000'000;
+    EXPECT_FALSE(untimed.onLaunchTimed(k, at, at + 1'000'000));
+  }
+  EXPECT_EQ(untimed.schedule().offsetNs(3), 30);
+  EXPECT_EQ(untimed.deviceTimed(), 0u);
+}
+
+TEST(AccessPattern, ALaunchNeverReportedAddsNoTimeAndALaterIterationCompletesTheEarlierOne) {
+  for (std::uint32_t missing : {0u, 3u, 9u}) {
+    SCOPED_TRACE(missing);
+    DeviceRun run;
+    run.iteration(10);
+    run.iteration(10);
+    run.iteration(10);
+    // Launches 10-19 (the second iteration), 1 us each, reported but for one.
+    auto report = [&](std::uint64_t launch) {
+      const auto end = static_cast<std::int64_t>(launch + 1) * 1000;
+      return run.pattern.onLaunchTimed(launch, end - 1000, end);
+    };
+    for (std::uint64_t launch = 10; launch < 20; ++launch) {
+      if (launch != 10 + missing) {
+        EXPECT_FALSE(report(launch));
+      }
+    }
+    EXPECT_EQ(run.pattern.deviceTimed(), 0u);  // not complete: the missing one may still come
+    EXPECT_TRUE(report(20));                    // the third iteration's first: it will not
+    const UseSchedule& s = run.pattern.schedule();
+    for (std::uint32_t pos = 0; pos < 10; ++pos)
+      EXPECT_EQ(s.offsetNs(pos), (pos > missing ? pos - 1 : pos) * 1000) << pos;
+    EXPECT_EQ(s.durationNs(), 9'000);
+  }
+}
+
+TEST(AccessPattern, OverlappingStreamsCountTheBusyTimeOnce) {
+  for (std::int64_t last_end : {25'000, 35'000}) {
+    DeviceRun run;
+    run.iteration(6);
+    run.iteration(6);
+    run.iteration(6);
+    // Launches 6-11 alternate between two streams: the second's run within the first's, but
+    // for the last, which may end after everything else.
+    const std::int64_t start[] = {0, 2'000, 10'000, 8'000, 20'000, 21'000};
+    const std::int64_t end[] = {10'000, 6'000, 20'000, 12'000, 30'000, last_end};
+    for (std::uint64_t k = 0; k < 6; ++k) run.pattern.onLaunchTimed(6 + k, start[k], end[k]);
+    ASSERT_EQ(run.pattern.deviceTimed(), 1u);
+    const std::int64_t expected[] = {0, 10'000, 10'000, 20'000, 20'000, 30'000};
+    for (std::uint32_t pos = 0; pos < 6; ++pos) EXPECT_EQ(run.pattern.schedule().offsetNs(pos), expected[pos]) << pos;
+    EXPECT_EQ(run.pattern.schedule().durationNs(), std::max<std::int64_t>(30'000, last_end));
+  }
+}
+
+TEST(AccessPattern, LateReportsOfAnIterationNoLongerLearnedChangeNothing) {
+  DeviceRun run;
+  run.iteration(8, 0);
+  run.iteration(8, 0);
+  run.iteration(8, 20);  // other launches: learned at the next boundary
+  run.pattern.onIteration(run.host_ns);
+  const std::uint32_t generation = run.pattern.generation();
+  ASSERT_EQ(run.pattern.schedule().buffersAt(0)[0], 20u);
+  auto report = [&](std::uint64_t launch) {
+    const auto end = static_cast<std::int64_t>(launch + 1) * 1000;
+    return run.pattern.onLaunchTimed(launch, end - 1000, end);
+  };
+  // The second iteration's (launches 8-15) reports, late: of the iteration learned before.
+  for (std::uint64_t launch = 8; launch < 16; ++launch) EXPECT_FALSE(report(launch));
+  EXPECT_EQ(run.pattern.schedule().offsetNs(7), 80);
+  // Its own (launches 16-23) time it.
+  for (std::uint64_t launch = 16; launch < 24; ++launch) report(launch);
+  EXPECT_EQ(run.pattern.deviceTimed(), 1u);
+  EXPECT_EQ(run.pattern.schedule().offsetNs(7), 7'000);
+  EXPECT_EQ(run.pattern.generation(), generation);
+}
+
+TEST(DeltaPolicy, AsksForDeviceTimesOnlyWhenConfiguredForThem) {
+  PolicyConfig config;
+  config.max_buffers = 64;
+  DeltaPolicy plain(config, DirectorMode::kMixed);
+  EXPECT_FALSE(plain.wantsLaunchTimes());
+  config.timed_launches = true;
+  DeltaPolicy timed(config, DirectorMode::kMixed);
+  EXPECT_TRUE(timed.wantsLaunchTimes());
+  EXPECT_FALSE(makePolicy("lru", config).policy->wantsLaunchTimes());
+}
+
 TEST(DeltaPolicy, LearnedNextUseOrdersVictims) {
   PolicyConfig config;
   config.max_buffers = 64;
