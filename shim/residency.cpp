@@ -31,6 +31,9 @@ struct HeldLaunch {
   // mark; else nullptr.
   CUevent after = nullptr;
   CUstream afterStream = nullptr;
+  // A mark's: where to say it is recorded (or could not be), and its sequence.
+  std::atomic<uint64_t>* recorded = nullptr;
+  uint64_t sequence = 0;
 };
 thread_local std::vector<HeldLaunch> tHeld;
 thread_local size_t tHeldDepth = 0;
@@ -71,7 +74,8 @@ Residency::Residency(const DriverApi& api, const ResidencyConfig& config,
       host_(api, config.hostLimitBytes),
       events_(api),
       timingEvents_(api, CU_EVENT_DEFAULT),
-      heldCounts_(new std::atomic<uint32_t>[kMaxBuffers]()) {
+      heldCounts_(new std::atomic<uint32_t>[kMaxBuffers]()),
+      timedMarks_(policy_->wantsLaunchTimes()) {
   buffers_.reserve(1024);
   workingSet_.reserve(64);
   writtenScratch_.reserve(64);
@@ -590,7 +594,8 @@ Residency::StreamUse* Residency::recordUse(Buffer& buffer, CUstream stream, bool
   return use;
 }
 
-CUevent Residency::reserveMark(CUstream stream, uint64_t* sequence) {
+CUevent Residency::reserveMark(CUstream stream, uint64_t launch, uint64_t* sequence,
+                               std::atomic<uint64_t>** recorded) {
   LaunchMarks* marks = nullptr;
   for (const auto& m : launchMarks_)
     if (m->stream == stream) marks = m.get();
@@ -600,17 +605,83 @@ CUevent Residency::reserveMark(CUstream stream, uint64_t* sequence) {
     marks = launchMarks_.back().get();
     marks->stream = stream;
   }
-  CUevent& event = marks->events[marks->next % kMarkSlots];
-  if (event == nullptr) event = events_.take();
+  const size_t slot = marks->next % kMarkSlots;
+  CUevent& event = marks->events[slot];
+  if (event == nullptr) event = timedMarks_ ? timingEvents_.take() : events_.take();
   if (event == nullptr) return nullptr;
   *sequence = marks->next++;
+  // The mark this slot held is lost if not read yet.
+  if (marks->read + kMarkSlots <= *sequence) marks->read = *sequence - kMarkSlots + 1;
+  marks->launch[slot] = launch;
+  marks->passed[slot] = 0;
+  *recorded = &marks->recorded[slot];
+  if (timedMarks_ && launch != kNoLaunch) {
+    CUevent& start = marks->starts[slot];
+    if (start == nullptr) start = timingEvents_.take();
+    if (start == nullptr || api_.cuEventRecord(start, stream) != CUDA_SUCCESS) marks->launch[slot] = kNoLaunch;
+  }
   return event;
 }
 
-CUevent Residency::markEvent(CUstream stream, uint64_t sequence) const {
-  for (const auto& m : launchMarks_)
-    if (m->stream == stream) return m->events[sequence % kMarkSlots];
+CUevent Residency::markEvent(CUstream stream, uint64_t sequence, bool* passed) const {
+  *passed = false;
+  for (const auto& m : launchMarks_) {
+    if (m->stream != stream) continue;
+    const size_t slot = sequence % kMarkSlots;
+    *passed = m->passed[slot] == sequence;
+    return *passed ? nullptr : m->events[slot];
+  }
   return nullptr;
+}
+
+void Residency::readLaunchTimes() {
+  for (const auto& m : launchMarks_) {
+    while (m->read < m->next) {
+      const size_t slot = m->read % kMarkSlots;
+      const uint64_t recorded = m->recorded[slot].load(std::memory_order_acquire);
+      if (recorded == (m->read | kRecordFailed)) {
+        ++m->read;
+        continue;
+      }
+      if (recorded != m->read) break;  // its launch is not in the stream yet
+      const CUresult state = api_.cuEventQuery(m->events[slot]);
+      if (state == CUDA_ERROR_NOT_READY) break;
+      if (state == CUDA_SUCCESS) {
+        m->passed[slot] = m->read;
+        float ranMs = 0;
+        int64_t end = 0;
+        if (m->launch[slot] != kNoLaunch &&
+            api_.cuEventElapsedTime_v2(&ranMs, m->starts[slot], m->events[slot]) == CUDA_SUCCESS &&
+            deviceTime(m->events[slot], &end)) {
+          policy_->onLaunchTimed(m->launch[slot], end - static_cast<int64_t>(static_cast<double>(ranMs) * 1e6), end);
+        }
+      }
+      ++m->read;
+    }
+  }
+}
+
+bool Residency::deviceTime(CUevent& event, int64_t* ns) {
+  // Elapsed times are floats of milliseconds: a new anchor every second keeps them to tens of
+  // nanoseconds. The anchor is a mark that has passed, taken out of its ring (the slot gets a
+  // fresh event when next reserved; waiting for the old mark would wait for nothing).
+  constexpr float kReanchorMs = 1000.0f;
+  if (clockAnchor_ == nullptr) {
+    clockAnchor_ = event;
+    event = nullptr;
+    *ns = clockAnchorNs_;
+    return true;
+  }
+  float ms = 0;
+  if (api_.cuEventElapsedTime_v2(&ms, clockAnchor_, event) != CUDA_SUCCESS) return false;
+  *ns = clockAnchorNs_ + static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+  if (ms > kReanchorMs) {
+    timingEvents_.give(clockAnchor_);
+    clockAnchor_ = event;
+    clockAnchorNs_ = *ns;
+    event = nullptr;
+  }
+  return true;
 }
 
 CUevent Residency::threadFence() {
@@ -936,8 +1007,9 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   // eviction time instead, so a use whose mark could not be had loses its older one.
   CUevent mark = nullptr;
   uint64_t markSequence = 0;
+  std::atomic<uint64_t>* markRecorded = nullptr;
   if (beenShort_ && !perThreadStream && !workingSet_.empty()) [[unlikely]]
-    mark = reserveMark(stream, &markSequence);
+    mark = reserveMark(stream, tRecomputeDepth == 0 ? policyLaunches_ : kNoLaunch, &markSequence, &markRecorded);
   for (uint32_t id : workingSet_) {
     Buffer& buffer = buffers_[id];
     orderAfterRestore(buffer, stream, perThreadStream);
@@ -955,7 +1027,9 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   if (tRecomputeDepth == 0) [[likely]] {
     // A plan made meanwhile goes in first: this launch may be the boundary that adopts it.
     if (planner_.ready()) [[unlikely]] deliverPlan(now);
+    if (timedMarks_ && beenShort_) [[unlikely]] readLaunchTimes();
     policy_->onLaunch(launch);
+    ++policyLaunches_;
     if (policy_->iterationBoundaries() != boundariesSeen_) [[unlikely]] renumberAtBoundary();
     if (policy_->wantsPlan()) [[unlikely]] submitPlan();
   }
@@ -967,6 +1041,8 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   HeldLaunch& launchHeld = tHeld[tHeldDepth - 1];
   launchHeld.after = mark;
   launchHeld.afterStream = stream;
+  launchHeld.recorded = markRecorded;
+  launchHeld.sequence = markSequence;
   if (perThreadStream && !workingSet_.empty()) {
     launchHeld.after = threadFence();
     launchHeld.afterStream = CU_STREAM_PER_THREAD;
@@ -1020,10 +1096,13 @@ void Residency::releaseHeld() {
   // one of the same stream) before the hold below is seen to end.
   if (launchHeld.after != nullptr) {
     ReentryGuard guard;
-    if (api_.cuEventRecord(launchHeld.after, launchHeld.afterStream) != CUDA_SUCCESS) {
+    const bool recorded = api_.cuEventRecord(launchHeld.after, launchHeld.afterStream) == CUDA_SUCCESS;
+    if (!recorded) {
       std::lock_guard lock(mutex_);
       for (uint32_t id : held) buffers_[id].manyStreams = true;
     }
+    if (launchHeld.recorded != nullptr)
+      launchHeld.recorded->store(launchHeld.sequence | (recorded ? 0 : kRecordFailed), std::memory_order_release);
   }
   // Release: a thread that sees the count fall to 0 (acquire, under the lock) sees the work
   // enqueued and the fence recorded.

@@ -525,12 +525,21 @@ class Residency {
                         CUstream* afterStream);
   // The buffer's record of its use on this stream; nullptr when it has too many to track.
   StreamUse* recordUse(Buffer& buffer, CUstream stream, bool perThreadStream);
-  // The event of the next launch mark on `stream` and its sequence number, to be recorded once
-  // that launch is in the stream; nullptr when the stream cannot have marks.
-  CUevent reserveMark(CUstream stream, uint64_t* sequence);
+  // The next launch mark on `stream`: its event, to be recorded once that launch is in the
+  // stream, its sequence number, and where to say it was (the launch's HeldLaunch). `launch`
+  // is the policy's index of the launch (kNoLaunch: not reported to the policy); a launch
+  // reported has its start recorded now, when the policy wants the device's times. nullptr
+  // when the stream cannot have marks.
+  CUevent reserveMark(CUstream stream, uint64_t launch, uint64_t* sequence,
+                      std::atomic<uint64_t>** recorded);
   // The event a use's mark was recorded in (or a later mark of the same stream: the ring's slot
-  // is reused, never the order); nullptr if the stream has no marks.
-  CUevent markEvent(CUstream stream, uint64_t sequence) const;
+  // is reused, never the order); nullptr if the stream has no marks, or if the mark is known
+  // to have passed on the device (*passed is then true: nothing to wait for).
+  CUevent markEvent(CUstream stream, uint64_t sequence, bool* passed) const;
+  // The policy is told when the marked launches that ended since ended (onLaunchTimed), on
+  // one clock: the elapsed time from an anchor, a mark read earlier (taken out of its ring).
+  void readLaunchTimes();
+  bool deviceTime(CUevent& event, int64_t* ns);
   // This thread's fence: one event, recorded on its default stream after each of its launches
   // there (releaseHeld), that stands for all its uses of that stream (nullptr: none could be
   // made). Other threads cannot name that stream; they wait for the fence instead.
@@ -671,14 +680,33 @@ class Residency {
   // the host wait for the device to drain its queue whenever it needs room, and the device
   // would then idle while the host fills it again. A slot's event is recorded again a ring
   // later, on the same stream: waiting for it then waits a little longer, never too little.
+  // With a policy that wants the device's times (timedMarks_), the marks are timing events,
+  // read in order as the device passes them: the policy learns the iteration by the device's
+  // clock (policy::AccessPattern), and an eviction waits for no mark known to have passed.
   static constexpr size_t kMarkSlots = 256;
   static constexpr size_t kMaxMarkedStreams = 16;
+  static constexpr uint64_t kRecordFailed = uint64_t{1} << 63;
+  static constexpr uint64_t kNoLaunch = UINT64_MAX;
   struct LaunchMarks {
     CUstream stream = nullptr;
     uint64_t next = 1;  // the next mark's sequence number
+    uint64_t read = 1;  // the next mark to read (readLaunchTimes); older ones are read or lost
     CUevent events[kMarkSlots] = {};
+    // With timedMarks_, per slot: an event recorded before the marked launch, after what it
+    // waits for (its restores, regenerations): the launch ran from there to its mark.
+    CUevent starts[kMarkSlots] = {};
+    // Per slot: the policy's index of the marked launch (or kNoLaunch); the mark's sequence
+    // once its record is in the stream (| kRecordFailed when it could not be recorded); the
+    // mark's sequence once read as passed.
+    uint64_t launch[kMarkSlots] = {};
+    std::atomic<uint64_t> recorded[kMarkSlots] = {};
+    uint64_t passed[kMarkSlots] = {};
   };
   std::vector<std::unique_ptr<LaunchMarks>> launchMarks_;
+  const bool timedMarks_;
+  uint64_t policyLaunches_ = 0;  // onLaunch calls so far: the index of the next
+  CUevent clockAnchor_ = nullptr;
+  int64_t clockAnchorNs_ = 0;
 
   std::atomic<bool> anyRecomputable_{false};
   const void* recomputeOwner_ = nullptr;     // the thread running recompute callbacks

@@ -276,7 +276,10 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
         continue;
       }
       if (use.mark != 0) {
-        if (CUevent mark = markEvent(use.stream, use.mark)) {
+        bool passed = false;
+        CUevent mark = markEvent(use.stream, use.mark, &passed);
+        if (passed) continue;
+        if (mark != nullptr) {
           api_.cuStreamWaitEvent(evictStream_, mark, 0);
           continue;
         }

@@ -97,6 +97,9 @@ Residency* Shim::activate() {
   // on those times were measured worse than none (docs/shim.md, Planning).
   policyConfig.budget_bytes = options_.plan ? budget : 0;
   policyConfig.plan_elsewhere = true;
+  // Once memory is short, the launch marks are timing events and delta learns the iteration
+  // by the device's times (Residency::readLaunchTimes).
+  policyConfig.timed_launches = true;
   policy::PolicyResult made = policy::makePolicy(options_.policy, policyConfig);
   if (!made.policy) {
     logLine("DELTA_POLICY: %s", made.error.c_str());

@@ -37,6 +37,9 @@ struct FakeDriverLog {
   // Called at each cuEventRecord, after it is noted: lets a test make another thread act at
   // that very moment (as a real one may, between two of the shim's driver calls).
   std::function<void(CUstream)> onEventRecord;
+  // When set: the device time (ms) at which an event recorded passed, for cuEventElapsedTime;
+  // unset, every interval is 1 ms.
+  std::function<double(CUevent)> eventTimeMs;
 
   void reset(bool record) {
     calls = eventRecords = copiesOut = copiesIn = 0;
@@ -48,6 +51,7 @@ struct FakeDriverLog {
     copiedOut.clear();
     copiedIn.clear();
     onEventRecord = nullptr;
+    eventTimeMs = nullptr;
   }
 };
 
@@ -139,9 +143,10 @@ inline CUresult eventQuery(CUevent) {
 }
 inline CUresult eventSynchronize(CUevent) { count(); return CUDA_SUCCESS; }
 inline CUresult eventDestroy(CUevent) { count(); return CUDA_SUCCESS; }
-inline CUresult eventElapsed(float* ms, CUevent, CUevent) {
+inline CUresult eventElapsed(float* ms, CUevent start, CUevent end) {
   count();
-  *ms = 1.0f;
+  const auto& time = fakeDriverLog().eventTimeMs;
+  *ms = time ? static_cast<float>(time(end) - time(start)) : 1.0f;
   return CUDA_SUCCESS;
 }
 inline CUresult ctxSynchronize() { count(); return CUDA_SUCCESS; }

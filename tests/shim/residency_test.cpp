@@ -285,6 +285,73 @@ TEST(ResidencyMarks, OnceMemoryWasShortAnEvictionWaitsForTheVictimsLastLaunchNot
   // Never short: no marks (ResidencyLaunchPath.WhenNothingMovesNoDriverCall).
 }
 
+// An lru that wants the device's times and keeps what it is told of them.
+class TimedLru : public policy::LruPolicy {
+ public:
+  using LruPolicy::LruPolicy;
+  bool wantsLaunchTimes() const override { return true; }
+  void onLaunchTimed(uint64_t launch, int64_t start, int64_t end) override { timed.push_back({launch, start, end}); }
+  struct Timed {
+    uint64_t launch;
+    int64_t start, end;
+  };
+  std::vector<Timed> timed;
+};
+
+TEST(ResidencyMarks, OnceShortThePolicyLearnsWhenEachLaunchRanOnTheDeviceAndPassedMarksAreNotWaitedFor) {
+  for (int launches : {3, 40, 300}) {  // 300: more than a ring of marks, read as they pass
+    SCOPED_TRACE(launches);
+    auto owned = std::make_unique<TimedLru>(policy::PolicyConfig{});
+    TimedLru* policy = owned.get();
+    ResidencyConfig config;
+    config.budgetBytes = 4 * kBuffer;
+    config.hostLimitBytes = 1ull << 30;
+    config.prefetch = false;
+    Residency r(fakeDriver(), config, std::move(owned), kBuffer);
+    const std::vector<CUdeviceptr> b = allocate(r, 4);
+    fakeDriverLog().reset(true);
+    // The fake device runs everything in the order recorded, 1 ms per record: a launch's start
+    // and its mark are consecutive records.
+    fakeDriverLog().eventTimeMs = [](CUevent event) {
+      const auto& recorded = fakeDriverLog().recorded;
+      for (size_t i = recorded.size(); i-- > 0;)
+        if (recorded[i].first == event) return static_cast<double>(i);
+      return -1.0;
+    };
+    CUdeviceptr fifth = 0;
+    ASSERT_EQ(r.allocate(kBuffer, &fifth), CUDA_SUCCESS);  // short from here on
+    const CUdeviceptr cycle[] = {b[1], b[2], b[3], fifth};
+    fakeDriverLog().eventsPending = true;  // the device runs behind: nothing passed yet
+    for (int i = 0; i < launches; ++i) {
+      ASSERT_EQ(prepare(r, kStream, {cycle[i % 4]}), CUDA_SUCCESS);
+      r.releaseHeld();
+    }
+    EXPECT_TRUE(policy->timed.empty());
+    fakeDriverLog().eventsPending = false;  // it caught up: the next launch reads the marks
+    ASSERT_EQ(prepare(r, kStream, {cycle[launches % 4]}), CUDA_SUCCESS);
+    r.releaseHeld();
+    // The marks of a ring overwritten before they were read are lost, the rest reported in order.
+    const size_t expected = std::min<size_t>(launches, 255);
+    ASSERT_EQ(policy->timed.size(), expected);
+    for (size_t k = 0; k < expected; ++k) {
+      const auto& t = policy->timed[k];
+      EXPECT_EQ(t.launch, launches - expected + k);
+      EXPECT_EQ(t.end - t.start, 1'000'000) << k;  // the start's record to the mark's
+      if (k > 0) {
+        EXPECT_EQ(t.end - policy->timed[k - 1].end, 2'000'000) << k;
+      }
+    }
+    // Evicting a buffer whose last launch has passed (the least recently used of the four)
+    // waits for nothing on the device.
+    const size_t waitsBefore = fakeDriverLog().waited.size();
+    CUdeviceptr sixth = 0;
+    ASSERT_EQ(r.allocate(kBuffer, &sixth), CUDA_SUCCESS);
+    EXPECT_EQ(r.stats().evictions + r.stats().cleanEvictions, 2u);
+    EXPECT_EQ(fakeDriverLog().waited.size(), waitsBefore) << "the eviction waited for a mark that had passed";
+    fakeDriverLog().reset(false);
+  }
+}
+
 TEST(ResidencyCosts, WhatTheLinkGivesEachWayIsMeasuredFromTheCopiesTimed) {
   // The policy starts from 12 GB/s each way. The fake device takes 1 ms per copy of a 2 MiB
   // buffer (2.1 GB/s) out and back, whether the buffer is restored on demand or prefetched:
