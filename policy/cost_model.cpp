@@ -16,8 +16,12 @@ CostModel::CostModel(double h2d_bytes_per_ns, double d2h_bytes_per_ns)
 void CostModel::onCopyMeasured(Direction dir, std::uint64_t bytes, std::int64_t ns) {
   if (bytes < kMinSampleBytes || ns <= 0) return;
   const double sample = std::max(static_cast<double>(bytes) / static_cast<double>(ns), kMinBytesPerNs);
-  double& rate = dir == Direction::kHostToDevice ? h2d_ : d2h_;
-  rate += kSampleWeight * (sample - rate);
+  const auto d = static_cast<std::size_t>(dir == Direction::kHostToDevice ? 0 : 1);
+  double& rate = d == 0 ? h2d_ : d2h_;
+  // The seed is a guess (a default, or what the caller was told): the first measurement
+  // replaces it; later ones are smoothed.
+  rate = measured_[d] ? rate + kSampleWeight * (sample - rate) : sample;
+  measured_[d] = true;
 }
 
 void CostModel::onRecomputeMeasured(std::int64_t estimated_ns, std::int64_t measured_ns) {

@@ -4,6 +4,7 @@
 // No allocation.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "policy/types.h"
@@ -15,7 +16,8 @@ class CostModel {
   // Bandwidths in bytes per ns (1 GB/s == 1 byte/ns).
   CostModel(double h2d_bytes_per_ns, double d2h_bytes_per_ns);
 
-  // A copy of `bytes` took `ns`. Tiny copies are dominated by latency and are ignored.
+  // A copy of `bytes` took `ns`. Tiny copies are dominated by latency and are ignored. The
+  // first one each way replaces the seed; later ones are smoothed.
   void onCopyMeasured(Direction dir, std::uint64_t bytes, std::int64_t ns);
 
   std::int64_t transferNs(Direction dir, std::uint64_t bytes) const;
@@ -40,6 +42,7 @@ class CostModel {
   double h2d_;
   double d2h_;
   double recompute_scale_ = 1.0;
+  bool measured_[2] = {false, false};  // host to device, device to host
 };
 
 }  // namespace delta::policy

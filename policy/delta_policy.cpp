@@ -140,7 +140,12 @@ void DeltaPolicy::onLaunchTimed(std::uint64_t launch, std::int64_t device_start_
 void DeltaPolicy::retimedIfChanged() {
   if (pattern_.deviceTimed() == device_timed_) return;
   device_timed_ = pattern_.deviceTimed();
+  timed_generation_ = pattern_.generation();
   reindexAll();
+  if (plan_after_timing_) {
+    plan_after_timing_ = false;
+    askForPlan();
+  }
 }
 
 void DeltaPolicy::relearnIfChanged() {
@@ -171,22 +176,32 @@ void DeltaPolicy::replan() {
     if (table_[id].residency != Residency::kFree) planned_[id].bytes = table_[id].bytes;
   }
   if (config_.plan_elsewhere) {
-    // The launches waited for are recorded from the next launch on, over the iteration just
-    // learned: the copy is taken now or, while the caller still plans the last one, never for
-    // this iteration (the next boundary requests the iteration learned by then). A plan
-    // delivered and adopted at this very boundary comes first: the iteration just learned ran
-    // the old way, and the adopted plan may have the next one learned again (applyPlan).
-    if (request_out_ || delivered_ready_) {
-      request_deferred_ = true;
-    } else {
-      requestPlan();
+    // Timed by the host until the device's times come (AccessPattern::onLaunchTimed): a plan
+    // made on the host's intervals replays another workload (docs/shim.md, Planning).
+    if (config_.timed_launches && timed_generation_ != pattern_.generation()) {
+      plan_after_timing_ = true;
+      return;
     }
+    askForPlan();
     return;
   }
   Plan plan = Planner::choose(Planner::workloadFrom(pattern_.schedule(), planned_, waited_at_),
                               config_.budget_bytes, costs_, mode_);
   const bool replayed = plan.planned;
   applyPlan(std::move(plan), replayed, true);
+}
+
+void DeltaPolicy::askForPlan() {
+  // The launches waited for are recorded from the next launch on, over the iteration just
+  // learned: the copy is taken now or, while the caller still plans the last one, never for
+  // this iteration (the next boundary requests the iteration learned by then). A plan
+  // delivered and adopted at this very boundary comes first: the iteration just learned ran
+  // the old way, and the adopted plan may have the next one learned again (applyPlan).
+  if (request_out_ || delivered_ready_) {
+    request_deferred_ = true;
+  } else {
+    requestPlan();
+  }
 }
 
 void DeltaPolicy::requestPlan() {

@@ -107,6 +107,8 @@ class DeltaPolicy : public Policy {
   void replan();
   // Copies what the planner reads into request_ and raises plan_wanted_.
   void requestPlan();
+  // requestPlan, or later when a request is out or a plan waits to be adopted.
+  void askForPlan();
   // At an iteration boundary (a no-op otherwise): adopts a delivered plan, or requests one deferred while the
   // last request was out.
   void atBoundary();
@@ -140,6 +142,8 @@ class DeltaPolicy : public Policy {
   std::uint32_t plans_adopted_ = 0;
   std::uint32_t generation_ = 0;
   std::uint32_t device_timed_ = 0;  // pattern_.deviceTimed() when last re-ranked
+  std::uint32_t timed_generation_ = 0;  // the last learned iteration the device has timed
+  bool plan_after_timing_ = false;      // a plan waits for the learned iteration's device times
   // For the planner: each id's size and hook cost as it was when freed (the learned iteration
   // refers to buffers long gone), and what each launch of the iteration waited.
   std::vector<PlannedBuffer> planned_;

@@ -425,6 +425,39 @@ TEST(DeltaPlanning, PlannedElsewhereTheSamePlanIsAdoptedAtTheNextBoundary) {
   }
 }
 
+TEST(DeltaPlanning, WithDeviceTimesTheRequestWaitsForThemAndCarriesThem) {
+  // A caller that reports device times (the shim): the iteration learned is timed by the host
+  // until its launches' device times come, and a plan made on the host's times plans another
+  // workload. The request waits for them, and its ops take the times the device reported.
+  for (std::int64_t op_ns : {200'000, 3'000'000}) {
+    const Workload w = trainingWorkload(8, 64 * kMiB, 1'000'000);
+    SimOptions o;
+    o.budget_bytes = w.peakBytes() / 2;
+    o.iterations = 1;
+    o.warmup = 0;
+    PolicyConfig config = configFor(w, o.budget_bytes, 12.0);
+    config.plan_elsewhere = true;
+    config.timed_launches = true;
+    DeltaPolicy policy(config, DirectorMode::kMixed);
+    const SimResult first = Simulator(w, o).run(policy);
+    policy.onIteration(first.total_ns);
+    ASSERT_TRUE(policy.pattern().schedule().ready());
+    const std::uint32_t launches = policy.pattern().schedule().length();
+    EXPECT_FALSE(policy.wantsPlan()) << "asked for a plan before the device's times";
+    // The device ran each launch in op_ns, after waits of as long again (not the ops' own).
+    for (std::uint32_t k = 0; k < launches; ++k) {
+      const std::int64_t end = 2 * static_cast<std::int64_t>(k + 1) * op_ns;
+      policy.onLaunchTimed(k, end - op_ns, end);
+    }
+    ASSERT_TRUE(policy.wantsPlan());
+    const PlanRequest* request = policy.takePlanRequest();
+    ASSERT_NE(request, nullptr);
+    ASSERT_EQ(request->schedule.length(), launches);
+    for (std::uint32_t k = 0; k < launches; ++k) EXPECT_EQ(request->schedule.offsetNs(k), k * op_ns);
+    EXPECT_EQ(request->schedule.durationNs(), launches * op_ns);
+  }
+}
+
 TEST(DeltaPlanning, PlannedElsewhereCostsOneIterationNotTheSteadyState) {
   // The replay of planning elsewhere (SimOptions::plan_elsewhere: the plan ready within the
   // iteration, adopted at the next boundary) reaches the state planning on the spot reaches,

@@ -572,6 +572,18 @@ TEST(CostModel, FollowsMeasuredCopies) {
   EXPECT_NEAR(c.bytesPerNs(Direction::kDeviceToHost), 12.0, 1e-9);
 }
 
+TEST(CostModel, TheFirstMeasurementEachWayReplacesTheSeedLaterOnesAreSmoothed) {
+  for (double link : {1.5, 12.0, 450.0}) {  // a scaled test link, PCIe, a chip-to-chip link
+    CostModel c(12.0, 12.0);
+    c.onCopyMeasured(Direction::kDeviceToHost, 64'000'000, static_cast<std::int64_t>(64'000'000 / link));
+    EXPECT_NEAR(c.bytesPerNs(Direction::kDeviceToHost), link, link * 1e-5);
+    EXPECT_NEAR(c.bytesPerNs(Direction::kHostToDevice), 12.0, 1e-9);  // not measured yet
+    // One odd copy (a link shared for a moment) moves the estimate a fifth of the way.
+    c.onCopyMeasured(Direction::kDeviceToHost, 64'000'000, static_cast<std::int64_t>(64'000'000 / (link / 2)));
+    EXPECT_NEAR(c.bytesPerNs(Direction::kDeviceToHost), link * 0.9, link * 1e-5);
+  }
+}
+
 TEST(CostModel, LearnsHowFarRecomputeEstimatesAreFromMeasuredTimes) {
   CostModel c(12.0, 12.0);
   EXPECT_DOUBLE_EQ(c.recomputeScale(), 1.0);
