@@ -398,7 +398,8 @@ class Residency {
     // kRestoreWait: a stream stood still for a restore on another; kRestoreCopy: for the
     // restore's copy on its own (a wait, and what the link gives); kPrefetchCopy: a prefetch's
     // copy on the shim's stream (what the link gives: onCopyMeasured).
-    enum class Kind : uint8_t { kRecompute, kRestoreWait, kRestoreCopy, kPrefetchCopy };
+    // kProbeIn, kProbeOut: the link probe's copies each way (probeLink).
+    enum class Kind : uint8_t { kRecompute, kRestoreWait, kRestoreCopy, kPrefetchCopy, kProbeIn, kProbeOut };
     Kind kind;
     uint32_t id;         // kRecompute: the buffer regenerated, and its serial
     uint64_t serial;
@@ -548,6 +549,12 @@ class Residency {
   // Held by a launch prepared and not yet enqueued (any thread): not evictable now.
   bool isHeld(uint32_t id) const;
   bool ensureEvictStream();
+  // What the host link gives each way, measured once (the policy's seed is a guess: 12 GB/s,
+  // where a GPU may have 25 or 450): a copy in and a copy out of a few MiB of memory of the
+  // probe's own, on the eviction stream, timed; nothing waits for it. Skipped, and the
+  // policy prices by its seed until copies are timed, when any of it cannot be had.
+  void probeLink();
+  void endLinkProbe();
   void orderAfterRestore(Buffer& buffer, CUstream stream, bool perThreadStream);
   // Timing events around what makes `stream` wait for a restore (its copy, a wait for a
   // prefetch in flight): begin before it, end after it; read by pollTimings.
@@ -712,6 +719,17 @@ class Residency {
   const void* recomputeOwner_ = nullptr;     // the thread running recompute callbacks
   std::condition_variable regenerated_;      // a regeneration ended, or the owner left
   std::vector<DeviceTiming> timings_;
+  // The link probe: memory of its own, copied in and out once, when memory first runs short,
+  // before the policy prices its first actions (probeLink); given back once its copies are read.
+  struct LinkProbe {
+    CUdeviceptr address = 0;
+    uint64_t bytes = 0;
+    CUmemGenericAllocationHandle handle = 0;
+    void* host = nullptr;
+    bool hostPinned = false;
+  };
+  LinkProbe probe_;
+  bool linkProbed_ = false;
   // By depth: the measured time of the regenerations read so far that ran inside the one at
   // the depth above, not yet read itself (pollTimings subtracts it there).
   std::vector<int64_t> nestedRecomputeNs_;

@@ -3,6 +3,8 @@
 // end, room made ahead of the next launches, and restores on the stream of the work that needs
 // them. residency.cpp has the buffers' life and the launch path.
 #include <algorithm>
+#include <cstring>
+#include <utility>
 
 #include "shim/log.h"
 #include "shim/reentry_guard.h"
@@ -46,6 +48,7 @@ bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint3
   keepIds_.assign(keep.begin(), keep.end());
   policy::Victim victims[kVictimBatch];
   beenShort_ |= !fits();
+  if (beenShort_ && !linkProbed_) [[unlikely]] probeLink();
   while (!fits()) {
     // What the evictions in flight will free counts: only the rest needs new victims.
     const uint64_t over = deviceBytes() + bytes - limit;
@@ -168,6 +171,7 @@ CUresult Residency::acquireOrEvict(uint64_t bytes, CUmemGenericAllocationHandle*
   };
   if (deviceHasRoom()) return result;
   beenShort_ = true;
+  if (!linkProbed_) [[unlikely]] probeLink();
   const uint64_t refusedAt = deviceBytes();
   // The device holds less than the budget: evict what the policy chooses, `bytes` at a time,
   // until the memory is there or nothing more can go.
@@ -215,6 +219,66 @@ bool Residency::relieveDevice(uint64_t bytes) {
   // What managed buffers hold now is what the device can spare them.
   lowerCeiling(before, deviceBytes());
   return true;
+}
+
+void Residency::probeLink() {
+  linkProbed_ = true;
+  constexpr uint64_t kProbeBytes = 8ull << 20;  // ~0.3 ms each way at 25 GB/s: latency is noise
+  const uint64_t bytes = (kProbeBytes + granularity_ - 1) / granularity_ * granularity_;
+  if (!ensureEvictStream()) return;
+  LinkProbe probe;
+  probe.bytes = bytes;
+  probe.host = host_.take(bytes, &probe.hostPinned);
+  if (probe.host == nullptr) return;
+  // Outside the budget for the probe's few milliseconds; refused when the device is full.
+  if (!probe.hostPinned || physical_.acquire(bytes, &probe.handle) != CUDA_SUCCESS) {
+    host_.give(probe.host, bytes, probe.hostPinned);
+    return;
+  }
+  if (api_.cuMemAddressReserve(&probe.address, bytes, granularity_, 0, 0) != CUDA_SUCCESS) {
+    physical_.release(bytes, probe.handle);
+    host_.give(probe.host, bytes, probe.hostPinned);
+    return;
+  }
+  probe_ = probe;
+  if (mapAt(probe.address, bytes, probe.handle) != CUDA_SUCCESS) {
+    probe_.handle = 0;  // not mapped: endLinkProbe releases the rest
+    physical_.release(bytes, probe.handle);
+    endLinkProbe();
+    return;
+  }
+  std::memset(probe.host, 0, bytes);
+  const std::pair<DeviceTiming::Kind, bool> copies[] = {{DeviceTiming::Kind::kProbeIn, true},
+                                                         {DeviceTiming::Kind::kProbeOut, false}};
+  size_t timed = 0;
+  for (const auto& [kind, in] : copies) {
+    CUevent start = beginWaitTiming(evictStream_);
+    const CUresult copied = in ? api_.cuMemcpyHtoDAsync_v2(probe.address, probe.host, bytes, evictStream_)
+                               : api_.cuMemcpyDtoHAsync_v2(probe.host, probe.address, bytes, evictStream_);
+    if (copied != CUDA_SUCCESS || start == nullptr) {
+      timingEvents_.give(start);
+      break;
+    }
+    const size_t before = timings_.size();
+    endWaitTiming(start, evictStream_, kind, bytes);
+    timed += timings_.size() - before;
+  }
+  // Its memory goes when its last timing is read (pollTimings), or now if none was queued.
+  if (timed == 0) {
+    api_.cuStreamSynchronize(evictStream_);
+    endLinkProbe();
+  }
+}
+
+void Residency::endLinkProbe() {
+  if (probe_.address == 0) return;
+  if (probe_.handle != 0) {
+    api_.cuMemUnmap(probe_.address, probe_.bytes);
+    physical_.release(probe_.bytes, probe_.handle);
+  }
+  api_.cuMemAddressFree(probe_.address, probe_.bytes);
+  host_.give(probe_.host, probe_.bytes, probe_.hostPinned);
+  probe_ = LinkProbe{};
 }
 
 bool Residency::ensureEvictStream() {

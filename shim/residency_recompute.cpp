@@ -1,6 +1,7 @@
 // The residency manager's recompute: running the program's callbacks for dropped buffers,
 // mapping fresh memory under them, timing them, and the public API's registrations
 // (residency.h, "Recompute"). Split from residency.cpp along that job; one class.
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -229,9 +230,10 @@ void Residency::pollTimings() {
               buffer.live && buffer.serial == timing.serial ? timing.id : policy::kNoBuffer,
               timing.estimateNs, own);
       } else {
-        if (timing.bytes > 0 && measured > 0)
-          policy_->onCopyMeasured(policy::Direction::kHostToDevice, timing.bytes, measured);
-        if (timing.kind != DeviceTiming::Kind::kPrefetchCopy) {
+        const auto direction = timing.kind == DeviceTiming::Kind::kProbeOut ? policy::Direction::kDeviceToHost
+                                                                            : policy::Direction::kHostToDevice;
+        if (timing.bytes > 0 && measured > 0) policy_->onCopyMeasured(direction, timing.bytes, measured);
+        if (timing.kind == DeviceTiming::Kind::kRestoreWait || timing.kind == DeviceTiming::Kind::kRestoreCopy) {
           stats_.restoreWaitNs += static_cast<uint64_t>(measured);
           // Inside a callback: an input restored for the regeneration, its own swap's cost.
           if (timing.depth > 0) nestedTime(timing.depth + 1) += measured;
@@ -249,6 +251,11 @@ void Residency::pollTimings() {
     }
   }
   timings_.erase(timings_.begin(), timings_.begin() + static_cast<std::ptrdiff_t>(done));
+  // The link probe's memory goes once its copies are read.
+  if (probe_.address != 0 && std::none_of(timings_.begin(), timings_.end(), [](const DeviceTiming& t) {
+        return t.kind == DeviceTiming::Kind::kProbeIn || t.kind == DeviceTiming::Kind::kProbeOut;
+      }))
+    endLinkProbe();
 }
 
 bool Residency::hasDropNotices() { return !tDropNotices.empty(); }

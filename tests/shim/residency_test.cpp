@@ -245,7 +245,7 @@ TEST(ResidencyHolds, WhenEverythingIsHeldTheAllocationGoesOverBudgetAndSaysSo) {
   fakeDriverLog().reset(true);
   CUdeviceptr extra = 0;
   ASSERT_EQ(r->allocate(kBuffer, &extra), CUDA_SUCCESS);  // not strict: over budget, counted
-  EXPECT_EQ(fakeDriverLog().copiesOut, 0u);
+  EXPECT_FALSE(copiedOut(b[0]) || copiedOut(b[1]));  // (the link probe's copy is its own memory)
   EXPECT_EQ(r->stats().overBudgetAllocations, 1u);
   r->releaseHeld();
 }
@@ -384,6 +384,37 @@ TEST(ResidencyCosts, WhatTheLinkGivesEachWayIsMeasuredFromTheCopiesTimed) {
     const double linkBytesPerNs = static_cast<double>(kBuffer) / 1e6;
     EXPECT_NEAR(policy->costs().bytesPerNs(policy::Direction::kHostToDevice), linkBytesPerNs, 0.5);
     EXPECT_NEAR(policy->costs().bytesPerNs(policy::Direction::kDeviceToHost), linkBytesPerNs, 0.5);
+  }
+}
+
+TEST(ResidencyCosts, TheLinkIsProbedOnceWhenMemoryFirstRunsShortBeforeAnyCopyIsTimed) {
+  // Before anything is swapped the policy would price every swap, and plan, by its 12 GB/s
+  // seed. The first shortage copies a few MiB in and out, once; the fake device takes 1 ms
+  // per copy.
+  for (int shortages : {1, 3}) {
+    auto owned = std::make_unique<policy::LruPolicy>(policy::PolicyConfig{});
+    const policy::Policy* policy = owned.get();
+    ResidencyConfig config;
+    config.budgetBytes = 4 * kBuffer;
+    config.hostLimitBytes = 1ull << 30;
+    config.prefetch = false;
+    Residency r(fakeDriver(), config, std::move(owned), kBuffer);
+    const std::vector<CUdeviceptr> b = allocate(r, 4);
+    fakeDriverLog().reset(true);
+    ASSERT_EQ(policy->costs().bytesPerNs(policy::Direction::kHostToDevice), 12.0);
+    for (int i = 0; i < shortages; ++i) {
+      CUdeviceptr more = 0;
+      ASSERT_EQ(r.allocate(kBuffer, &more), CUDA_SUCCESS);
+      ASSERT_EQ(prepare(r, kStream, {more}), CUDA_SUCCESS);  // reads what the device timed
+      r.releaseHeld();
+    }
+    EXPECT_EQ(fakeDriverLog().copiesIn, 1u) << "one probe in, and nothing restored";
+    const uint64_t copiesOut = fakeDriverLog().copiesOut;
+    EXPECT_EQ(copiesOut, 1u + static_cast<uint64_t>(r.stats().evictions)) << "one probe out, and the evictions'";
+    const double probed = static_cast<double>(8ull << 20) / 1e6;  // 8 MiB in 1 ms
+    EXPECT_NEAR(policy->costs().bytesPerNs(policy::Direction::kHostToDevice), probed, 1e-6);
+    EXPECT_LT(policy->costs().bytesPerNs(policy::Direction::kDeviceToHost), 12.0);
+    fakeDriverLog().reset(false);
   }
 }
 
