@@ -17,7 +17,9 @@
 // cuEventRecord per launch (the thread's fence, below), because no other thread can name that
 // stream. Once memory has been short, a launch on any other stream also records one event
 // after it (its launch mark, LaunchMarks below), so that an eviction waits for the victim's
-// last launch rather than for the stream's tail. Measured with callgrind (bench/shim_bench, hook/fake/hit8_fixed/1000, instructions
+// last launch rather than for the stream's tail; with a policy that wants the device's times
+// (delta), also one before it (after its waits), and the marks that passed are read (one
+// cuEventQuery per marked stream while none has; two elapsed-time calls per mark read). Measured with callgrind (bench/shim_bench, hook/fake/hit8_fixed/1000, instructions
 // per launch): releaseHeld 81, the parameter-layout lookup about 30 (thread-local cache), no
 // lock but this one (docs/shim.md, Costs).
 //
