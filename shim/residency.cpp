@@ -615,12 +615,19 @@ CUevent Residency::reserveMark(CUstream stream, uint64_t launch, uint64_t* seque
   marks->launch[slot] = launch;
   marks->passed[slot] = 0;
   *recorded = &marks->recorded[slot];
-  if (timedMarks_ && launch != kNoLaunch) {
-    CUevent& start = marks->starts[slot];
-    if (start == nullptr) start = timingEvents_.take();
-    if (start == nullptr || api_.cuEventRecord(start, stream) != CUDA_SUCCESS) marks->launch[slot] = kNoLaunch;
-  }
   return event;
+}
+
+void Residency::recordMarkStart(CUstream stream, uint64_t sequence) {
+  for (const auto& m : launchMarks_) {
+    if (m->stream != stream) continue;
+    const size_t slot = sequence % kMarkSlots;
+    if (m->launch[slot] == kNoLaunch) return;
+    CUevent& start = m->starts[slot];
+    if (start == nullptr) start = timingEvents_.take();
+    if (start == nullptr || api_.cuEventRecord(start, stream) != CUDA_SUCCESS) m->launch[slot] = kNoLaunch;
+    return;
+  }
 }
 
 CUevent Residency::markEvent(CUstream stream, uint64_t sequence, bool* passed) const {
@@ -1016,6 +1023,8 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
     if (StreamUse* use = recordUse(buffer, stream, perThreadStream)) use->mark = markSequence;
     buffer.keepContents = false;
   }
+  // The launch's start, for the device's times: after everything it waits for on its stream.
+  if (mark != nullptr && timedMarks_) [[unlikely]] recordMarkStart(stream, markSequence);
   notePeaks();
   policy::Launch launch;
   launch.now_ns = now;

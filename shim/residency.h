@@ -530,11 +530,14 @@ class Residency {
   StreamUse* recordUse(Buffer& buffer, CUstream stream, bool perThreadStream);
   // The next launch mark on `stream`: its event, to be recorded once that launch is in the
   // stream, its sequence number, and where to say it was (the launch's HeldLaunch). `launch`
-  // is the policy's index of the launch (kNoLaunch: not reported to the policy); a launch
-  // reported has its start recorded now, when the policy wants the device's times. nullptr
-  // when the stream cannot have marks.
+  // is the policy's index of the launch (kNoLaunch: not reported to the policy). nullptr when
+  // the stream cannot have marks.
   CUevent reserveMark(CUstream stream, uint64_t launch, uint64_t* sequence,
                       std::atomic<uint64_t>** recorded);
+  // With timedMarks_: the start of the marked launch, recorded once everything it waits for is
+  // in its stream (restores, waits for other streams' restores), so that it ran from there to
+  // its mark.
+  void recordMarkStart(CUstream stream, uint64_t sequence);
   // The event a use's mark was recorded in (or a later mark of the same stream: the ring's slot
   // is reused, never the order); nullptr if the stream has no marks, or if the mark is known
   // to have passed on the device (*passed is then true: nothing to wait for).
