@@ -29,16 +29,21 @@ constexpr uint64_t kBuffer = 2ull << 20;  // one granule
 const WorkInfo kWork{WorkInfo::Kind::kKernel, "test_kernel", {1, 1, 1}, {1, 1, 1}};
 const CUstream kStream = reinterpret_cast<CUstream>(uintptr_t(0x5100));
 
+std::unique_ptr<Residency> residencyWith(std::unique_ptr<policy::Policy> policy, uint64_t budget,
+                                        bool prefetch = false) {
+  ResidencyConfig residencyConfig;
+  residencyConfig.budgetBytes = budget;
+  residencyConfig.hostLimitBytes = 1ull << 30;
+  residencyConfig.prefetch = prefetch;  // off unless asked: what moves is what the tests make move
+  return std::make_unique<Residency>(fakeDriver(), residencyConfig, std::move(policy), kBuffer);
+}
+
 std::unique_ptr<Residency> residencyFor(uint64_t budget, const char* policy = "lru") {
   policy::PolicyConfig config;
   config.max_buffers = 1u << 18;  // as the shim configures it
   policy::PolicyResult made = policy::makePolicy(policy, config);
   EXPECT_EQ(made.error, "");
-  ResidencyConfig residencyConfig;
-  residencyConfig.budgetBytes = budget;
-  residencyConfig.hostLimitBytes = 1ull << 30;
-  residencyConfig.prefetch = false;  // what moves is what the tests make move
-  return std::make_unique<Residency>(fakeDriver(), residencyConfig, std::move(made.policy), kBuffer);
+  return residencyWith(std::move(made.policy), budget);
 }
 
 std::vector<CUdeviceptr> allocate(Residency& r, int count) {
@@ -303,11 +308,8 @@ TEST(ResidencyMarks, OnceShortThePolicyLearnsWhenEachLaunchRanOnTheDeviceAndPass
     SCOPED_TRACE(launches);
     auto owned = std::make_unique<TimedLru>(policy::PolicyConfig{});
     TimedLru* policy = owned.get();
-    ResidencyConfig config;
-    config.budgetBytes = 4 * kBuffer;
-    config.hostLimitBytes = 1ull << 30;
-    config.prefetch = false;
-    Residency r(fakeDriver(), config, std::move(owned), kBuffer);
+    auto residency = residencyWith(std::move(owned), 4 * kBuffer);
+    Residency& r = *residency;
     const std::vector<CUdeviceptr> b = allocate(r, 4);
     fakeDriverLog().reset(true);
     // The fake device runs everything in the order recorded, 1 ms per record: a launch's start
@@ -360,11 +362,8 @@ TEST(ResidencyCosts, WhatTheLinkGivesEachWayIsMeasuredFromTheCopiesTimed) {
     SCOPED_TRACE(prefetch);
     auto owned = std::make_unique<policy::LruPolicy>(policy::PolicyConfig{});
     const policy::Policy* policy = owned.get();
-    ResidencyConfig config;
-    config.budgetBytes = 4 * kBuffer;
-    config.hostLimitBytes = 1ull << 30;
-    config.prefetch = prefetch;
-    Residency r(fakeDriver(), config, std::move(owned), kBuffer);
+    auto residency = residencyWith(std::move(owned), 4 * kBuffer, prefetch);
+    Residency& r = *residency;
     const std::vector<CUdeviceptr> b = allocate(r, 4);
     fakeDriverLog().reset(false);
     const double start = policy->costs().bytesPerNs(policy::Direction::kHostToDevice);
@@ -394,11 +393,8 @@ TEST(ResidencyCosts, TheLinkIsProbedOnceWhenMemoryFirstRunsShortBeforeAnyCopyIsT
   for (int shortages : {1, 3}) {
     auto owned = std::make_unique<policy::LruPolicy>(policy::PolicyConfig{});
     const policy::Policy* policy = owned.get();
-    ResidencyConfig config;
-    config.budgetBytes = 4 * kBuffer;
-    config.hostLimitBytes = 1ull << 30;
-    config.prefetch = false;
-    Residency r(fakeDriver(), config, std::move(owned), kBuffer);
+    auto residency = residencyWith(std::move(owned), 4 * kBuffer);
+    Residency& r = *residency;
     const std::vector<CUdeviceptr> b = allocate(r, 4);
     fakeDriverLog().reset(true);
     ASSERT_EQ(policy->costs().bytesPerNs(policy::Direction::kHostToDevice), 12.0);
