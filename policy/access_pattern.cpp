@@ -12,7 +12,7 @@ AccessPattern::AccessPattern(std::uint32_t max_buffers, std::uint32_t max_launch
   a_.reserve(max_buffers, max_launches, max_uses);
   b_.reserve(max_buffers, max_launches, max_uses);
   if (timed_) {
-    for (DeviceEnds& ends : ends_) {
+    for (DeviceTimes& ends : device_times_) {
       ends.start.resize(max_launches, kNotReported);
       ends.end.resize(max_launches, kNotReported);
     }
@@ -40,8 +40,8 @@ void AccessPattern::boundary(std::int64_t now_ns) {
   if (closing) {
     // The iteration before the one closing is timed now, by what the device reported of it, if
     // not yet: the learned iteration may change below, and those times are of its launches.
-    DeviceEnds& older = ends_[open_ends_ ^ 1];
-    if (timed_ && !older.done) applyDeviceEnds(older);
+    DeviceTimes& older = device_times_[open_times_ ^ 1];
+    if (timed_ && !older.done) applyDeviceTimes(older);
     const bool repeat = !relearn_next_ && learned_->ready() &&
                         recording_->length() == learned_->length() && recording_hash_ == learned_hash_;
     learned = repeat;
@@ -56,7 +56,7 @@ void AccessPattern::boundary(std::int64_t now_ns) {
     }
     relearn_next_ = false;
   }
-  startDeviceEnds(closing, learned);
+  startDeviceTimes(closing, learned);
   recording_->clear();
   recording_hash_ = 0;
   started_ = true;
@@ -80,7 +80,7 @@ void AccessPattern::onLaunch(const Launch& launch) {
     recording_hash_ = 0;
     position_ = 0;
     iteration_start_ns_ = launch.now_ns;
-    startDeviceEnds(false, false);
+    startDeviceTimes(false, false);
     anchor_limit_ = std::max(anchor_limit_, std::min(2 * anchor_limit_, max_launches_));
   }
   if (position_ == 0) first_signature_ = sig;
@@ -89,7 +89,7 @@ void AccessPattern::onLaunch(const Launch& launch) {
   alloc_since_launch_ = 0;
   ++position_;
   if (timed_) {
-    DeviceEnds& open = ends_[open_ends_];
+    DeviceTimes& open = device_times_[open_times_];
     if (open.length < open.end.size()) {
       open.end[open.length++] = kNotReported;
     } else {
@@ -99,25 +99,25 @@ void AccessPattern::onLaunch(const Launch& launch) {
   ++launches_;
 }
 
-void AccessPattern::startDeviceEnds(bool close, bool learned) {
+void AccessPattern::startDeviceTimes(bool close, bool learned) {
   if (!timed_) return;
-  DeviceEnds* open = &ends_[open_ends_];
+  DeviceTimes* open = &device_times_[open_times_];
   if (close) {
     open->closed = true;
     open->learned = learned;
     // Reported in full already (the device caught up before the boundary): timed at once.
-    if (complete(*open)) applyDeviceEnds(*open);
-    open_ends_ ^= 1;
-    open = &ends_[open_ends_];
+    if (complete(*open)) applyDeviceTimes(*open);
+    open_times_ ^= 1;
+    open = &device_times_[open_times_];
   }
-  *open = DeviceEnds{std::move(open->start), std::move(open->end), launches_, 0, 0, false, false, false};
+  *open = DeviceTimes{std::move(open->start), std::move(open->end), launches_, 0, 0, false, false, false};
 }
 
 bool AccessPattern::onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns) {
   if (!timed_) return false;
   const std::uint32_t before = device_timed_;
   for (std::uint32_t k = 0; k < 2; ++k) {
-    DeviceEnds& ends = ends_[k];
+    DeviceTimes& ends = device_times_[k];
     if (ends.done || launch < ends.first || launch - ends.first >= ends.length) continue;
     const auto pos = static_cast<std::uint32_t>(launch - ends.first);
     if (ends.end[pos] == kNotReported) {
@@ -127,19 +127,19 @@ bool AccessPattern::onLaunchTimed(std::uint64_t launch, std::int64_t device_star
     }
     // The device reached a later iteration: what is missing of the earlier one is not coming
     // soon (a launch without a report, or a stream that lags).
-    DeviceEnds& other = ends_[k ^ 1];
-    if (!other.done && other.closed && other.first < ends.first) applyDeviceEnds(other);
-    if (complete(ends)) applyDeviceEnds(ends);
+    DeviceTimes& other = device_times_[k ^ 1];
+    if (!other.done && other.closed && other.first < ends.first) applyDeviceTimes(other);
+    if (complete(ends)) applyDeviceTimes(ends);
     break;
   }
   return device_timed_ != before;
 }
 
-bool AccessPattern::complete(const DeviceEnds& ends) {
+bool AccessPattern::complete(const DeviceTimes& ends) {
   return !ends.done && ends.closed && ends.reported == ends.length;
 }
 
-bool AccessPattern::applyDeviceEnds(DeviceEnds& ends) {
+bool AccessPattern::applyDeviceTimes(DeviceTimes& ends) {
   ends.done = true;
   if (!ends.learned || ends.reported == 0 || !learned_->ready() || learned_->length() != ends.length) {
     return false;

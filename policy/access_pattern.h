@@ -71,7 +71,7 @@ class AccessPattern {
 
   static constexpr std::int64_t kNotReported = INT64_MIN;
   // One iteration's launches as the device ran them.
-  struct DeviceEnds {
+  struct DeviceTimes {
     std::vector<std::int64_t> start;  // by position: when it began to run, once reported
     std::vector<std::int64_t> end;    // by position: when it ended, or kNotReported
     std::uint64_t first = 0;          // the onLaunch index of position 0
@@ -84,11 +84,11 @@ class AccessPattern {
 
   static std::uint64_t signature(const Launch& launch);
   void boundary(std::int64_t now_ns);
-  // A new iteration's ends start at the next launch; the one before it closes.
-  void startDeviceEnds(bool close, bool learned);
+  // The next launch starts a new iteration's times; `close`: the one recorded so far ends.
+  void startDeviceTimes(bool close, bool learned);
   // Closed, every launch reported, not applied yet.
-  static bool complete(const DeviceEnds& ends);
-  bool applyDeviceEnds(DeviceEnds& ends);
+  static bool complete(const DeviceTimes& ends);
+  bool applyDeviceTimes(DeviceTimes& ends);
 
   UseSchedule a_;
   UseSchedule b_;
@@ -109,11 +109,11 @@ class AccessPattern {
   bool relearn_next_ = false;
 
   const bool timed_;
-  DeviceEnds ends_[2];
-  std::uint32_t open_ends_ = 0;  // ends_ index of the iteration being recorded
+  DeviceTimes device_times_[2];
+  std::uint32_t open_times_ = 0;  // device_times_ index of the iteration being recorded
   std::uint64_t launches_ = 0;   // onLaunch calls so far
   std::uint32_t device_timed_ = 0;
-  std::vector<std::int64_t> offsets_;  // scratch for applyDeviceEnds: max_launches + 1
+  std::vector<std::int64_t> offsets_;  // scratch for applyDeviceTimes: max_launches + 1
 };
 
 }  // namespace delta::policy

@@ -7,7 +7,8 @@
 // Hot-path contract: after construction no call allocates, throws, locks or logs. Costs:
 // onWaited O(1); other events O(log n) amortised for n resident buffers (onLaunch O(buffers of the launch x log n),
 // plus learning in DeltaPolicy: a learned iteration re-ranks the resident buffers once,
-// O(n log n)); chooseVictims O(B + k log n) for k victims, where B <= CandidateIndex::kBuckets
+// O(n log n), and so does each iteration the device's times retime, in the onLaunchTimed
+// that completes it, otherwise O(1)); chooseVictims O(B + k log n) for k victims, where B <= CandidateIndex::kBuckets
 // is the number of non-empty size/cost buckets (a constant, not a scan of the buffers);
 // choosePrefetches O(launches scanned ahead, at most kMaxScan). Not thread-safe: the caller
 // serialises calls (the shim holds its residency lock).

@@ -92,9 +92,8 @@ Residency* Shim::activate() {
   policy::PolicyConfig policyConfig;
   policyConfig.max_buffers = 1u << 18;
   // With DELTA_PLAN=1, delta plans each learned iteration within the budget, on the planner
-  // thread (planner_thread.h), never on the launch path. Off by default: the iteration it
-  // learns online is timed by the host's launches, which run ahead of the GPU, and plans made
-  // on those times were measured worse than none (docs/shim.md, Planning).
+  // thread (planner_thread.h), never on the launch path. Off by default: on the shared traces
+  // its plans gain little and lose on the LSTM (docs/shim.md, Planning).
   policyConfig.budget_bytes = options_.plan ? budget : 0;
   policyConfig.plan_elsewhere = true;
   // Once memory is short, the launch marks are timing events and delta learns the iteration
