@@ -833,10 +833,22 @@ CUresult Residency::regenerateThenPrepare(std::vector<RecomputeCall>& calls, CUs
   for (;;) {
     CUresult result = runRecomputes(calls, stream, perThreadStream, what, kernel);
     if (result != CUDA_SUCCESS) return result;
-    calls.clear();
     {
       ReentryGuard guard;
       std::unique_lock lock(mutex_);
+      // The work waits, on its stream, for the regenerations just queued before it: each
+      // buffer's recompute time (its hook's estimate, scaled by the times measured so far) is
+      // what dropping it cost this work, told before the work's onLaunch as the replay does.
+      // Untold, every recompute closed with no wait and drops looked free.
+      if (tRecomputeDepth == 0) {
+        for (const RecomputeCall& call : calls) {
+          const Buffer& buffer = buffers_[call.id];
+          if (!buffer.live || buffer.serial != call.serial) continue;
+          const int64_t expected = policy_->buffers()[call.id].recompute_ns;
+          if (expected > 0) policy_->onWaited(call.id, expected);
+        }
+      }
+      calls.clear();
       result = prepareLocked(lock, stream, perThreadStream, ownTouches.data(), count, ownWork,
                              calls, &what, &kernel);
     }

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "policy/delta_policy.h"
 #include "policy/lru_policy.h"
 #include "policy/policy_factory.h"
 #include "tests/common/fake_driver.h"
@@ -545,6 +546,71 @@ TEST(ResidencyRecompute, AChainOfDroppedResultsIsRegeneratedWithinTheBudget) {
     EXPECT_EQ(r->stats().overBudgetLaunches, 0u);
     EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
     EXPECT_LE(r->stats().peakResidentBytes, 4 * kBuffer);
+  }
+}
+
+// recompute-only, noting each wait it is told of and how many launches it had seen then.
+class WaitRecorder : public policy::DeltaPolicy {
+ public:
+  WaitRecorder() : DeltaPolicy(policy::PolicyConfig{}, policy::DirectorMode::kRecomputeOnly) {}
+  void onWaited(policy::BufferId id, std::int64_t ns) override {
+    DeltaPolicy::onWaited(id, ns);
+    waits.push_back({id, ns, buffers()[id].recompute_ns, launches});
+  }
+  void onLaunch(const policy::Launch& launch) override {
+    DeltaPolicy::onLaunch(launch);
+    ++launches;
+  }
+  struct Wait {
+    policy::BufferId id;
+    std::int64_t ns, recompute_ns;
+    uint64_t launchesBefore;
+  };
+  std::vector<Wait> waits;
+  uint64_t launches = 0;
+};
+
+TEST(ResidencyRecompute, TheWorkThatWaitsForRegenerationsIsToldTheirCostBeforeItsLaunch) {
+  // The work that touches dropped results waits, on its stream, for their regeneration: the
+  // policy is told each one's recompute time before that work's onLaunch, as the replay tells
+  // it (untold, every drop looked free). Chains of 5 and 7 under a budget of three buffers.
+  for (int length : {5, 7}) {
+    SCOPED_TRACE(length);
+    auto owned = std::make_unique<WaitRecorder>();
+    WaitRecorder* policy = owned.get();
+    auto r = residencyWith(std::move(owned), 3 * kBuffer);
+    std::vector<CUdeviceptr> x = allocate(*r, 1);
+    std::vector<std::unique_ptr<ChainLink>> links;
+    ASSERT_EQ(prepare(*r, kStream, {x[0]}), CUDA_SUCCESS);
+    r->releaseHeld();
+    for (int k = 1; k <= length; ++k) {
+      x.push_back(allocate(*r, 1)[0]);
+      ASSERT_EQ(prepare(*r, kStream, {x[k - 1], x[k]}), CUDA_SUCCESS);
+      r->releaseHeld();
+      links.push_back(std::make_unique<ChainLink>(ChainLink{r.get(), x[k - 1], x[k]}));
+      RecomputeHook hook;
+      hook.kind = RecomputeHook::Kind::kCallback;
+      hook.callback = rerunProducer;
+      hook.context = links.back().get();
+      hook.estimateNs = 1000 * k;
+      ASSERT_EQ(r->setRecompute(x[k], hook), 0);
+    }
+    int last = length;
+    while (last > 0 && r->isDropped(x[last]) != 1) --last;
+    ASSERT_GT(last, 0) << "nothing was dropped";
+    policy->waits.clear();
+    const uint64_t launchesBefore = policy->launches;
+    const uint64_t recomputes = r->stats().recomputes;
+    ASSERT_EQ(prepare(*r, kStream, {x[last]}), CUDA_SUCCESS);
+    r->releaseHeld();
+    ASSERT_GT(r->stats().recomputes, recomputes);
+    // The regenerations the work asked for directly (the last dropped result): told once each,
+    // at their cost, before the work's own launch; those inside callbacks are theirs.
+    ASSERT_EQ(policy->waits.size(), 1u);
+    EXPECT_GT(policy->waits[0].ns, 0);
+    EXPECT_EQ(policy->waits[0].ns, policy->waits[0].recompute_ns);
+    EXPECT_EQ(policy->waits[0].launchesBefore, launchesBefore);
+    EXPECT_EQ(policy->launches, launchesBefore + 1);
   }
 }
 
