@@ -504,6 +504,30 @@ int rerunProducer(void* context, void*, size_t, void* stream) {
   return 0;
 }
 
+// Computes an input and `length` results after it, each registered as recomputable by
+// re-running its producer (estimated at 1 us); x[0] is the input.
+struct Chain {
+  std::vector<CUdeviceptr> x;
+  std::vector<std::unique_ptr<ChainLink>> links;
+};
+void computeChain(Residency& r, int length, Chain& chain) {
+  chain.x = allocate(r, 1);
+  ASSERT_EQ(prepare(r, kStream, {chain.x[0]}), CUDA_SUCCESS);
+  r.releaseHeld();
+  for (int k = 1; k <= length; ++k) {
+    chain.x.push_back(allocate(r, 1)[0]);
+    ASSERT_EQ(prepare(r, kStream, {chain.x[k - 1], chain.x[k]}), CUDA_SUCCESS);
+    r.releaseHeld();
+    chain.links.push_back(std::make_unique<ChainLink>(ChainLink{&r, chain.x[k - 1], chain.x[k]}));
+    RecomputeHook hook;
+    hook.kind = RecomputeHook::Kind::kCallback;
+    hook.callback = rerunProducer;
+    hook.context = chain.links.back().get();
+    hook.estimateNs = 1000;
+    ASSERT_EQ(r.setRecompute(chain.x[k], hook), 0);
+  }
+}
+
 TEST(ResidencyRecompute, AChainOfDroppedResultsIsRegeneratedWithinTheBudget) {
   // Seven to nine results under a budget of four buffers: most are dropped as the chain is
   // computed. Reading the last dropped one regenerates it and the dropped ones before it, each
@@ -516,22 +540,9 @@ TEST(ResidencyRecompute, AChainOfDroppedResultsIsRegeneratedWithinTheBudget) {
     SCOPED_TRACE(seed);
     auto r = residencyFor(4 * kBuffer, "recompute-only");
     const int length = 7 + seed;
-    std::vector<CUdeviceptr> x = allocate(*r, 1);
-    std::vector<std::unique_ptr<ChainLink>> links;
-    ASSERT_EQ(prepare(*r, kStream, {x[0]}), CUDA_SUCCESS);
-    r->releaseHeld();
-    for (int k = 1; k <= length; ++k) {
-      x.push_back(allocate(*r, 1)[0]);
-      ASSERT_EQ(prepare(*r, kStream, {x[k - 1], x[k]}), CUDA_SUCCESS);
-      r->releaseHeld();
-      links.push_back(std::make_unique<ChainLink>(ChainLink{r.get(), x[k - 1], x[k]}));
-      RecomputeHook hook;
-      hook.kind = RecomputeHook::Kind::kCallback;
-      hook.callback = rerunProducer;
-      hook.context = links.back().get();
-      hook.estimateNs = 1000;
-      ASSERT_EQ(r->setRecompute(x[k], hook), 0);
-    }
+    Chain chain;
+    ASSERT_NO_FATAL_FAILURE(computeChain(*r, length, chain));
+    const std::vector<CUdeviceptr>& x = chain.x;
     // The last dropped result, and how many dropped ones lead to it.
     int last = length;
     while (last > 0 && r->isDropped(x[last]) != 1) --last;
@@ -579,22 +590,9 @@ TEST(ResidencyRecompute, TheWorkThatWaitsForRegenerationsIsToldTheirCostBeforeIt
     auto owned = std::make_unique<WaitRecorder>();
     WaitRecorder* policy = owned.get();
     auto r = residencyWith(std::move(owned), 3 * kBuffer);
-    std::vector<CUdeviceptr> x = allocate(*r, 1);
-    std::vector<std::unique_ptr<ChainLink>> links;
-    ASSERT_EQ(prepare(*r, kStream, {x[0]}), CUDA_SUCCESS);
-    r->releaseHeld();
-    for (int k = 1; k <= length; ++k) {
-      x.push_back(allocate(*r, 1)[0]);
-      ASSERT_EQ(prepare(*r, kStream, {x[k - 1], x[k]}), CUDA_SUCCESS);
-      r->releaseHeld();
-      links.push_back(std::make_unique<ChainLink>(ChainLink{r.get(), x[k - 1], x[k]}));
-      RecomputeHook hook;
-      hook.kind = RecomputeHook::Kind::kCallback;
-      hook.callback = rerunProducer;
-      hook.context = links.back().get();
-      hook.estimateNs = 1000 * k;
-      ASSERT_EQ(r->setRecompute(x[k], hook), 0);
-    }
+    Chain chain;
+    ASSERT_NO_FATAL_FAILURE(computeChain(*r, length, chain));
+    const std::vector<CUdeviceptr>& x = chain.x;
     int last = length;
     while (last > 0 && r->isDropped(x[last]) != 1) --last;
     ASSERT_GT(last, 0) << "nothing was dropped";
