@@ -559,6 +559,8 @@ class Residency {
   // probe's own, on the eviction stream, timed; nothing waits for it. Skipped, and the
   // policy prices by its seed until copies are timed, when any of it cannot be had.
   void probeLink();
+  bool probeTimingQueued() const;
+  // Gives back whatever the probe holds.
   void endLinkProbe();
   void orderAfterRestore(Buffer& buffer, CUstream stream, bool perThreadStream);
   // Timing events around what makes `stream` wait for a restore (its copy, a wait for a
@@ -732,6 +734,7 @@ class Residency {
     CUmemGenericAllocationHandle handle = 0;
     void* host = nullptr;
     bool hostPinned = false;
+    bool mapped = false;
   };
   LinkProbe probe_;
   bool linkProbed_ = false;

@@ -4,7 +4,6 @@
 // them. residency.cpp has the buffers' life and the launch path.
 #include <algorithm>
 #include <cstring>
-#include <utility>
 
 #include "shim/log.h"
 #include "shim/reentry_guard.h"
@@ -224,60 +223,58 @@ bool Residency::relieveDevice(uint64_t bytes) {
 void Residency::probeLink() {
   linkProbed_ = true;
   constexpr uint64_t kProbeBytes = 8ull << 20;  // ~0.3 ms each way at 25 GB/s: latency is noise
-  const uint64_t bytes = (kProbeBytes + granularity_ - 1) / granularity_ * granularity_;
   if (!ensureEvictStream()) return;
-  LinkProbe probe;
-  probe.bytes = bytes;
-  probe.host = host_.take(bytes, &probe.hostPinned);
-  if (probe.host == nullptr) return;
+  LinkProbe& probe = probe_;
+  probe.bytes = (kProbeBytes + granularity_ - 1) / granularity_ * granularity_;
+  probe.host = host_.take(probe.bytes, &probe.hostPinned);
   // Outside the budget for the probe's few milliseconds; refused when the device is full.
-  if (!probe.hostPinned || physical_.acquire(bytes, &probe.handle) != CUDA_SUCCESS) {
-    host_.give(probe.host, bytes, probe.hostPinned);
-    return;
-  }
-  if (api_.cuMemAddressReserve(&probe.address, bytes, granularity_, 0, 0) != CUDA_SUCCESS) {
-    physical_.release(bytes, probe.handle);
-    host_.give(probe.host, bytes, probe.hostPinned);
-    return;
-  }
-  probe_ = probe;
-  if (mapAt(probe.address, bytes, probe.handle) != CUDA_SUCCESS) {
-    probe_.handle = 0;  // not mapped: endLinkProbe releases the rest
-    physical_.release(bytes, probe.handle);
+  if (probe.host == nullptr || !probe.hostPinned ||
+      physical_.acquire(probe.bytes, &probe.handle) != CUDA_SUCCESS) {
+    probe.handle = 0;
     endLinkProbe();
     return;
   }
-  std::memset(probe.host, 0, bytes);
-  const std::pair<DeviceTiming::Kind, bool> copies[] = {{DeviceTiming::Kind::kProbeIn, true},
-                                                         {DeviceTiming::Kind::kProbeOut, false}};
-  size_t timed = 0;
-  for (const auto& [kind, in] : copies) {
+  if (api_.cuMemAddressReserve(&probe.address, probe.bytes, granularity_, 0, 0) != CUDA_SUCCESS) {
+    probe.address = 0;
+    endLinkProbe();
+    return;
+  }
+  probe.mapped = mapAt(probe.address, probe.bytes, probe.handle) == CUDA_SUCCESS;
+  if (!probe.mapped) {
+    endLinkProbe();
+    return;
+  }
+  std::memset(probe.host, 0, probe.bytes);
+  for (const bool in : {true, false}) {
     CUevent start = beginWaitTiming(evictStream_);
-    const CUresult copied = in ? api_.cuMemcpyHtoDAsync_v2(probe.address, probe.host, bytes, evictStream_)
-                               : api_.cuMemcpyDtoHAsync_v2(probe.host, probe.address, bytes, evictStream_);
+    const CUresult copied =
+        in ? api_.cuMemcpyHtoDAsync_v2(probe.address, probe.host, probe.bytes, evictStream_)
+           : api_.cuMemcpyDtoHAsync_v2(probe.host, probe.address, probe.bytes, evictStream_);
     if (copied != CUDA_SUCCESS || start == nullptr) {
       timingEvents_.give(start);
       break;
     }
-    const size_t before = timings_.size();
-    endWaitTiming(start, evictStream_, kind, bytes);
-    timed += timings_.size() - before;
+    endWaitTiming(start, evictStream_, in ? DeviceTiming::Kind::kProbeIn : DeviceTiming::Kind::kProbeOut,
+                  probe.bytes);
   }
   // Its memory goes when its last timing is read (pollTimings), or now if none was queued.
-  if (timed == 0) {
+  if (!probeTimingQueued()) {
     api_.cuStreamSynchronize(evictStream_);
     endLinkProbe();
   }
 }
 
+bool Residency::probeTimingQueued() const {
+  return std::any_of(timings_.begin(), timings_.end(), [](const DeviceTiming& t) {
+    return t.kind == DeviceTiming::Kind::kProbeIn || t.kind == DeviceTiming::Kind::kProbeOut;
+  });
+}
+
 void Residency::endLinkProbe() {
-  if (probe_.address == 0) return;
-  if (probe_.handle != 0) {
-    api_.cuMemUnmap(probe_.address, probe_.bytes);
-    physical_.release(probe_.bytes, probe_.handle);
-  }
-  api_.cuMemAddressFree(probe_.address, probe_.bytes);
-  host_.give(probe_.host, probe_.bytes, probe_.hostPinned);
+  if (probe_.mapped) api_.cuMemUnmap(probe_.address, probe_.bytes);
+  if (probe_.handle != 0) physical_.release(probe_.bytes, probe_.handle);
+  if (probe_.address != 0) api_.cuMemAddressFree(probe_.address, probe_.bytes);
+  if (probe_.host != nullptr) host_.give(probe_.host, probe_.bytes, probe_.hostPinned);
   probe_ = LinkProbe{};
 }
 

@@ -1,7 +1,6 @@
 // The residency manager's recompute: running the program's callbacks for dropped buffers,
 // mapping fresh memory under them, timing them, and the public API's registrations
 // (residency.h, "Recompute"). Split from residency.cpp along that job; one class.
-#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -252,10 +251,7 @@ void Residency::pollTimings() {
   }
   timings_.erase(timings_.begin(), timings_.begin() + static_cast<std::ptrdiff_t>(done));
   // The link probe's memory goes once its copies are read.
-  if (probe_.address != 0 && std::none_of(timings_.begin(), timings_.end(), [](const DeviceTiming& t) {
-        return t.kind == DeviceTiming::Kind::kProbeIn || t.kind == DeviceTiming::Kind::kProbeOut;
-      }))
-    endLinkProbe();
+  if (probe_.mapped && !probeTimingQueued()) endLinkProbe();
 }
 
 bool Residency::hasDropNotices() { return !tDropNotices.empty(); }
