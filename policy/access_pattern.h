@@ -59,8 +59,9 @@ class AccessPattern {
   // The `launch`-th onLaunch (from 0) ran on the device from `device_start_ns` (after what it
   // waited for) to `device_end_ns`. True when this report completed an iteration whose times
   // then replaced the learned iteration's (every prediction changed): an iteration is complete
-  // when all its launches are reported, or when a launch of a later one is (those missing add
-  // no time). Reports for iterations older than the last complete one are ignored.
+  // when all its launches are reported, or when a launch of a later one is (those missing share
+  // the device's time around them: applyDeviceTimes). Reports for iterations older than the
+  // last complete one are ignored.
   bool onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns);
   // Iterations whose device times replaced the learned iteration's.
   std::uint32_t deviceTimed() const { return device_timed_; }

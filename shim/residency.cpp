@@ -997,6 +997,12 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
       Buffer& buffer = buffers_[id];
       if (buffer.state == State::kEvicted) {
         result = restore(id, stream, kernel, workingSet_, false, perThreadStream);
+        // The work waits, on its stream, for the whole copy: told before its onLaunch, as the
+        // replay tells it. Untold, every swap closed with no wait and looked free: the LSTM's
+        // recurrent weight, used every few launches, was swapped out and back 53 times in one
+        // iteration.
+        if (result == CUDA_SUCCESS)
+          policy_->onWaited(id, policy_->costs().transferNs(policy::Direction::kHostToDevice, buffer.bytes));
       } else if (buffer.state == State::kDropped) {
         // The work of its own regeneration (its callback running on this thread): the memory it
         // is regenerated into, its inputs there already.
@@ -1038,22 +1044,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   // The launch's start, for the device's times: after everything it waits for on its stream.
   if (mark != nullptr && timedMarks_) [[unlikely]] recordMarkStart(stream, markSequence);
   notePeaks();
-  policy::Launch launch;
-  launch.now_ns = now;
-  launch.stream = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(stream));
-  launch.buffers = std::span<const policy::BufferId>(workingSet_.data(), workingSet_.size());
-  // A recompute callback's own launches are how an eviction is paid back, not the program's
-  // iteration (the replay models them inside the restore, policy/simulator.cpp): learned as
-  // launches, they would make every iteration a new one, with more launches each time.
-  if (tRecomputeDepth == 0) [[likely]] {
-    // A plan made meanwhile goes in first: this launch may be the boundary that adopts it.
-    if (planner_.ready()) [[unlikely]] deliverPlan(now);
-    if (timedMarks_ && beenShort_) [[unlikely]] readLaunchTimes();
-    policy_->onLaunch(launch);
-    ++policyLaunches_;
-    if (policy_->iterationBoundaries() != boundariesSeen_) [[unlikely]] renumberAtBoundary();
-    if (policy_->wantsPlan()) [[unlikely]] submitPlan();
-  }
+  tellPolicy(stream, now);
   traceWork(stream, work, kernel, work.kind != WorkInfo::Kind::kOpaque, now);
   if (config_.prefetch) prefetch(now);
   makeRoomAhead(now);
@@ -1074,6 +1065,24 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   }
   hold(launchHeld, workingSet_, heldCounts_.get());
   return CUDA_SUCCESS;
+}
+
+void Residency::tellPolicy(CUstream stream, int64_t now) {
+  // A recompute callback's own launches are how an eviction is paid back, not the program's
+  // iteration (the replay models them inside the restore, policy/simulator.cpp): learned as
+  // launches, they would make every iteration a new one, with more launches each time.
+  if (tRecomputeDepth != 0) [[unlikely]] return;
+  policy::Launch launch;
+  launch.now_ns = now;
+  launch.stream = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(stream));
+  launch.buffers = std::span<const policy::BufferId>(workingSet_.data(), workingSet_.size());
+  // A plan made meanwhile goes in first: this launch may be the boundary that adopts it.
+  if (planner_.ready()) [[unlikely]] deliverPlan(now);
+  if (timedMarks_ && beenShort_) [[unlikely]] readLaunchTimes();
+  policy_->onLaunch(launch);
+  ++policyLaunches_;
+  if (policy_->iterationBoundaries() != boundariesSeen_) [[unlikely]] renumberAtBoundary();
+  if (policy_->wantsPlan()) [[unlikely]] submitPlan();
 }
 
 void Residency::prefetch(int64_t now) {

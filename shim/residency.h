@@ -171,6 +171,12 @@ enum class UseKind : uint8_t {
 
 class Residency {
  public:
+  // Launch marks kept per stream (launchMarks_): the host may run this many launches ahead of
+  // the device before the oldest unread marks are lost. 256 lost a third of the LSTM's marks
+  // as played on cudasim (the host thousands of launches ahead); the policy shares the
+  // device's time around those lost (policy::AccessPattern).
+  static constexpr size_t kMarkSlots = 1024;
+
   Residency(const DriverApi& api, const ResidencyConfig& config,
             std::unique_ptr<policy::Policy> policy, uint64_t granularity);
 
@@ -545,6 +551,10 @@ class Residency {
   // The policy is told when the marked launches that ended since ended (onLaunchTimed), on
   // one clock: the elapsed time from an anchor, a mark read earlier (taken out of its ring).
   void readLaunchTimes();
+  // Tells the policy of the launch being prepared (workingSet_), unless it is a recompute
+  // callback's; under the lock.
+  void tellPolicy(CUstream stream, int64_t now);
+
   bool deviceTime(CUevent& event, int64_t* ns);
   // This thread's fence: one event, recorded on its default stream after each of its launches
   // there (releaseHeld), that stands for all its uses of that stream (nullptr: none could be
@@ -697,7 +707,7 @@ class Residency {
   // With a policy that wants the device's times (timedMarks_), the marks are timing events,
   // read in order as the device passes them: the policy learns the iteration by the device's
   // clock (policy::AccessPattern), and an eviction waits for no mark known to have passed.
-  static constexpr size_t kMarkSlots = 256;
+  // Ring size: kMarkSlots (public, for the tests).
   static constexpr size_t kMaxMarkedStreams = 16;
   static constexpr uint64_t kRecordFailed = uint64_t{1} << 63;
   static constexpr uint64_t kNoLaunch = UINT64_MAX;

@@ -305,7 +305,7 @@ class TimedLru : public policy::LruPolicy {
 };
 
 TEST(ResidencyMarks, OnceShortThePolicyLearnsWhenEachLaunchRanOnTheDeviceAndPassedMarksAreNotWaitedFor) {
-  for (int launches : {3, 40, 300}) {  // 300: more than a ring of marks, read as they pass
+  for (int launches : {3, 40, 1100}) {  // 1100: more than a ring of marks, read as they pass
     SCOPED_TRACE(launches);
     auto owned = std::make_unique<TimedLru>(policy::PolicyConfig{});
     TimedLru* policy = owned.get();
@@ -334,7 +334,7 @@ TEST(ResidencyMarks, OnceShortThePolicyLearnsWhenEachLaunchRanOnTheDeviceAndPass
     ASSERT_EQ(prepare(r, kStream, {cycle[launches % 4]}), CUDA_SUCCESS);
     r.releaseHeld();
     // The marks of a ring overwritten before they were read are lost, the rest reported in order.
-    const size_t expected = std::min<size_t>(launches, 255);
+    const size_t expected = std::min<size_t>(launches, Residency::kMarkSlots - 1);
     ASSERT_EQ(policy->timed.size(), expected);
     for (size_t k = 0; k < expected; ++k) {
       const auto& t = policy->timed[k];
@@ -609,6 +609,62 @@ TEST(ResidencyRecompute, TheWorkThatWaitsForRegenerationsIsToldTheirCostBeforeIt
     EXPECT_EQ(policy->waits[0].ns, policy->waits[0].recompute_ns);
     EXPECT_EQ(policy->waits[0].launchesBefore, launchesBefore);
     EXPECT_EQ(policy->launches, launchesBefore + 1);
+  }
+}
+
+// lru, noting each wait it is told of and how many launches it had seen then.
+class SwapWaitRecorder : public policy::LruPolicy {
+ public:
+  SwapWaitRecorder() : LruPolicy(policy::PolicyConfig{}) {}
+  void onWaited(policy::BufferId id, std::int64_t ns) override {
+    waits.push_back({id, ns, launches, costs().transferNs(policy::Direction::kHostToDevice, buffers()[id].bytes)});
+  }
+  void onLaunch(const policy::Launch& launch) override {
+    LruPolicy::onLaunch(launch);
+    ++launches;
+  }
+  struct Wait {
+    policy::BufferId id;
+    std::int64_t ns;
+    uint64_t launchesBefore;
+    std::int64_t transferNs;  // the buffer's restore as the policy then priced it
+  };
+  std::vector<Wait> waits;
+  uint64_t launches = 0;
+};
+
+TEST(ResidencyCosts, TheWorkThatWaitsForARestoreIsToldItsTransferTimeBeforeItsLaunch) {
+  // A restore on demand is copied on the work's stream, ahead of it: the work stands still for
+  // the whole copy, and the policy is told so before the work's onLaunch, as the replay tells
+  // it. Untold, every swap closed with no wait and looked free.
+  for (int count : {5, 8}) {
+    SCOPED_TRACE(count);
+    auto owned = std::make_unique<SwapWaitRecorder>();
+    SwapWaitRecorder* policy = owned.get();
+    auto residency = residencyWith(std::move(owned), 4 * kBuffer);
+    Residency& r = *residency;
+    const std::vector<CUdeviceptr> b = allocate(r, count);
+    for (CUdeviceptr buffer : b) {
+      ASSERT_EQ(prepare(r, kStream, {buffer}), CUDA_SUCCESS);
+      r.releaseHeld();
+    }
+    ASSERT_GT(r.stats().evictions, 0u);  // lru: the first buffer, the least recently used
+    policy->waits.clear();
+    const uint64_t launchesBefore = policy->launches;
+    const uint64_t restores = r.stats().restores;
+    ASSERT_EQ(prepare(r, kStream, {b[0]}), CUDA_SUCCESS);
+    r.releaseHeld();
+    ASSERT_EQ(r.stats().restores, restores + 1);
+    ASSERT_EQ(policy->waits.size(), 1u);
+    EXPECT_EQ(policy->waits[0].ns, policy->waits[0].transferNs);
+    EXPECT_GT(policy->waits[0].ns, 0);
+    EXPECT_EQ(policy->waits[0].launchesBefore, launchesBefore);
+    EXPECT_EQ(policy->launches, launchesBefore + 1);
+    // A buffer still resident waits for nothing.
+    policy->waits.clear();
+    ASSERT_EQ(prepare(r, kStream, {b[0]}), CUDA_SUCCESS);
+    r.releaseHeld();
+    EXPECT_TRUE(policy->waits.empty());
   }
 }
 
