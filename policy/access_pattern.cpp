@@ -60,6 +60,7 @@ void AccessPattern::boundary(std::int64_t now_ns) {
   recording_->clear();
   recording_hash_ = 0;
   started_ = true;
+  anchored_ = false;
   position_ = 0;
   iteration_start_ns_ = now_ns;
   ++boundaries_;
@@ -67,9 +68,12 @@ void AccessPattern::boundary(std::int64_t now_ns) {
 
 void AccessPattern::onLaunch(const Launch& launch) {
   const std::uint64_t sig = signature(launch);
+  // A launch that names no buffer is no anchor: launches alike in all but their small buffers
+  // (which the caller does not manage) would all look the same, and come round every few.
+  const bool anchorable = !launch.buffers.empty();
   if (!started_) {
     boundary(launch.now_ns);
-  } else if (!markers_ && position_ >= kMinPeriod && sig == first_signature_) {
+  } else if (!markers_ && anchored_ && anchorable && position_ >= kMinPeriod && sig == first_signature_) {
     boundary(launch.now_ns);
   } else if (!markers_ && position_ >= anchor_limit_) {
     // The launch this recording started with has not come round again: it may never (the first
@@ -78,12 +82,16 @@ void AccessPattern::onLaunch(const Launch& launch) {
     // next time, so that an iteration longer than the limit is still found.
     recording_->clear();
     recording_hash_ = 0;
+    anchored_ = false;
     position_ = 0;
     iteration_start_ns_ = launch.now_ns;
     startDeviceTimes(false, false);
     anchor_limit_ = std::max(anchor_limit_, std::min(2 * anchor_limit_, max_launches_));
   }
-  if (position_ == 0) first_signature_ = sig;
+  if (!anchored_ && anchorable) {
+    first_signature_ = sig;
+    anchored_ = true;
+  }
   recording_->addLaunch(launch.now_ns - iteration_start_ns_, alloc_since_launch_, launch.buffers);
   recording_hash_ = (recording_hash_ ^ sig) * 1099511628211ull;
   alloc_since_launch_ = 0;

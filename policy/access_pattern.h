@@ -1,8 +1,9 @@
 // Learns the launch sequence that training repeats every iteration. Iteration boundaries come
-// from the caller's markers when it has them; otherwise a boundary is assumed when the first
-// launch of the recording (same stream, same buffers) comes round again after at least
-// kMinPeriod launches; a recording whose first launch has not come round within a limit
-// (kFirstAnchorLimit launches, doubling each time) starts again from the current launch. Each
+// from the caller's markers when it has them; otherwise a boundary is assumed when the anchor,
+// the first launch of the recording that names a buffer (same stream, same buffers), comes
+// round again after at least kMinPeriod launches; a recording whose anchor has not come round
+// within a limit (kFirstAnchorLimit launches, doubling each time) starts again from the
+// current launch. Each
 // finished iteration becomes the schedule that predicts the next.
 //
 // Cost: onLaunch is O(buffers of the launch) (a hash and a copy into preallocated storage); a
@@ -95,7 +96,8 @@ class AccessPattern {
   UseSchedule b_;
   UseSchedule* learned_ = &a_;
   UseSchedule* recording_ = &b_;
-  std::uint64_t first_signature_ = 0;
+  std::uint64_t first_signature_ = 0;  // the anchor: the recording's first launch that names a buffer
+  bool anchored_ = false;
   std::uint64_t recording_hash_ = 0;  // of the launch signatures recorded so far
   std::uint64_t learned_hash_ = 0;
   std::uint64_t alloc_since_launch_ = 0;

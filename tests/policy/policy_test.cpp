@@ -300,6 +300,29 @@ TEST(AccessPattern, AFirstLaunchThatNeverComesRoundAgainIsDroppedAsTheAnchor) {
   }
 }
 
+TEST(AccessPattern, LaunchesThatNameNoBufferAreLearnedButNeverTheAnchor) {
+  // Without markers: launches that name no buffer (all theirs unmanaged) are launches of the
+  // iteration, but all alike; one as the anchor would cut an iteration every few launches.
+  for (std::uint32_t period : {12u, 40u, 300u}) {
+    for (std::uint32_t leading : {1u, 3u}) {  // the iteration starts with this many of them
+      SCOPED_TRACE(testing::Message() << period << ", " << leading);
+      AccessPattern pattern(512, 4096, 1 << 16);
+      std::int64_t t = 0;
+      for (std::uint32_t it = 0; it < 6; ++it) {
+        for (std::uint32_t pos = 0; pos < period; ++pos) {
+          const BufferId ids[] = {static_cast<BufferId>(pos % 400)};
+          const bool named = pos >= leading && pos % 3 != 0;
+          pattern.onLaunch(Launch{t += 1000, 0, named ? std::span<const BufferId>(ids) : std::span<const BufferId>()});
+        }
+      }
+      ASSERT_TRUE(pattern.schedule().ready());
+      EXPECT_EQ(pattern.schedule().length(), period);
+      EXPECT_GE(pattern.boundaries(), 4u);
+      EXPECT_EQ(pattern.schedule().durationNs(), static_cast<std::int64_t>(period) * 1000);
+    }
+  }
+}
+
 TEST(AccessPattern, ARepeatIsLearnedOnceUnlessAskedToLearnItAgain) {
   AccessPattern pattern(8, 16, 64);
   const BufferId ids[] = {0, 1};
