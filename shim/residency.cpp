@@ -1034,7 +1034,8 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   uint64_t markSequence = 0;
   std::atomic<uint64_t>* markRecorded = nullptr;
   if (beenShort_ && !perThreadStream && !workingSet_.empty()) [[unlikely]]
-    mark = reserveMark(stream, tRecomputeDepth == 0 ? policyLaunches_ : kNoLaunch, &markSequence, &markRecorded);
+    mark = reserveMark(stream, tRecomputeDepth == 0 && work.program ? policyLaunches_ : kNoLaunch, &markSequence,
+                       &markRecorded);
   for (uint32_t id : workingSet_) {
     Buffer& buffer = buffers_[id];
     orderAfterRestore(buffer, stream, perThreadStream);
@@ -1044,7 +1045,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   // The launch's start, for the device's times: after everything it waits for on its stream.
   if (mark != nullptr && timedMarks_) [[unlikely]] recordMarkStart(stream, markSequence);
   notePeaks();
-  tellPolicy(stream, now);
+  tellPolicy(stream, work, now);
   traceWork(stream, work, kernel, work.kind != WorkInfo::Kind::kOpaque, now);
   if (config_.prefetch) prefetch(now);
   makeRoomAhead(now);
@@ -1067,11 +1068,15 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   return CUDA_SUCCESS;
 }
 
-void Residency::tellPolicy(CUstream stream, int64_t now) {
+void Residency::tellPolicy(CUstream stream, const WorkInfo& work, int64_t now) {
   // A recompute callback's own launches are how an eviction is paid back, not the program's
   // iteration (the replay models them inside the restore, policy/simulator.cpp): learned as
-  // launches, they would make every iteration a new one, with more launches each time.
-  if (tRecomputeDepth != 0) [[unlikely]] return;
+  // launches, they would make every iteration a new one, with more launches each time. So is
+  // the shim's regeneration of a dropped buffer whose hook goes (clearRecompute): told, it
+  // was a launch in the iterations where that buffer happened to be dropped, and the
+  // Transformer at 30 % learned iterations of 1,402 and 1,404 launches in turn, each
+  // predicting the next from the other (564 of its positions off by one or two).
+  if (tRecomputeDepth != 0 || !work.program) [[unlikely]] return;
   policy::Launch launch;
   launch.now_ns = now;
   launch.stream = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(stream));

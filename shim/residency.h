@@ -160,6 +160,9 @@ struct WorkInfo {
   uint64_t bytes = 0;          // copies and memsets
   uint64_t copyDst = 0;        // copies and memsets: the destination
   uint64_t copySrc = 0;        // copies: the source (a host pointer for host-to-device copies)
+  // False for a use of the shim's own (a dropped buffer regenerated before its hook goes):
+  // prepared like any, but no launch of the program's iteration, so not told to the policy.
+  bool program = true;
 };
 
 // What a launch, copy or memset is about to touch.
@@ -552,8 +555,8 @@ class Residency {
   // one clock: the elapsed time from an anchor, a mark read earlier (taken out of its ring).
   void readLaunchTimes();
   // Tells the policy of the launch being prepared (workingSet_), unless it is a recompute
-  // callback's; under the lock.
-  void tellPolicy(CUstream stream, int64_t now);
+  // callback's or the shim's own; under the lock.
+  void tellPolicy(CUstream stream, const WorkInfo& work, int64_t now);
 
   bool deviceTime(CUevent& event, int64_t* ns);
   // This thread's fence: one event, recorded on its default stream after each of its launches

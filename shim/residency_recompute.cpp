@@ -306,6 +306,7 @@ int Residency::clearRecompute(CUdeviceptr address) {
   WorkInfo work;
   work.kind = WorkInfo::Kind::kOpaque;
   work.name = "delta_unregister";
+  work.program = false;
   const CUresult result = prepare(nullptr, false, &touch, 1, work);
   releaseHeld();
   std::lock_guard lock(mutex_);

@@ -612,6 +612,34 @@ TEST(ResidencyRecompute, TheWorkThatWaitsForRegenerationsIsToldTheirCostBeforeIt
   }
 }
 
+TEST(ResidencyRecompute, ADroppedBufferRegeneratedBeforeItsHookGoesIsNoLaunchOfTheProgram) {
+  // Unregistering a dropped result regenerates it first (the callback may not be callable
+  // after). That is the shim's use, not the program's: told to the policy as a launch, it was
+  // one in the iterations where the buffer happened to be dropped, and the learned iteration
+  // changed shape from one to the next.
+  for (int length : {5, 7}) {
+    SCOPED_TRACE(length);
+    auto owned = std::make_unique<WaitRecorder>();
+    WaitRecorder* policy = owned.get();
+    auto r = residencyWith(std::move(owned), 3 * kBuffer);
+    Chain chain;
+    ASSERT_NO_FATAL_FAILURE(computeChain(*r, length, chain));
+    int dropped = length;
+    while (dropped > 0 && r->isDropped(chain.x[dropped]) != 1) --dropped;
+    ASSERT_GT(dropped, 0) << "nothing was dropped";
+    const uint64_t launches = policy->launches;
+    const uint64_t recomputes = r->stats().recomputes;
+    EXPECT_EQ(r->clearRecompute(chain.x[dropped]), 0);
+    EXPECT_GT(r->stats().recomputes, recomputes);  // regenerated: its producer's launch ran
+    EXPECT_EQ(r->isDropped(chain.x[dropped]), 0);
+    EXPECT_EQ(policy->launches, launches) << "the shim's regeneration was told as a launch";
+    // The program's next launch is told as ever.
+    ASSERT_EQ(prepare(*r, kStream, {chain.x[dropped]}), CUDA_SUCCESS);
+    r->releaseHeld();
+    EXPECT_EQ(policy->launches, launches + 1);
+  }
+}
+
 // lru, noting each wait it is told of and how many launches it had seen then.
 class SwapWaitRecorder : public policy::LruPolicy {
  public:
