@@ -560,26 +560,53 @@ TEST(ResidencyRecompute, AChainOfDroppedResultsIsRegeneratedWithinTheBudget) {
   }
 }
 
-// recompute-only, noting each wait it is told of and how many launches it had seen then.
-class WaitRecorder : public policy::DeltaPolicy {
+// Notes each wait it is told of, how many launches it had seen then, and the buffer's
+// recompute and restore times as it then priced them.
+template <class Base>
+class WaitsRecorded : public Base {
  public:
-  WaitRecorder() : DeltaPolicy(policy::PolicyConfig{}, policy::DirectorMode::kRecomputeOnly) {}
+  using Base::Base;
   void onWaited(policy::BufferId id, std::int64_t ns) override {
-    DeltaPolicy::onWaited(id, ns);
-    waits.push_back({id, ns, buffers()[id].recompute_ns, launches});
+    Base::onWaited(id, ns);
+    const policy::BufferState& buffer = this->buffers()[id];
+    waits.push_back({id, ns, buffer.recompute_ns,
+                     this->costs().transferNs(policy::Direction::kHostToDevice, buffer.bytes), launches});
   }
   void onLaunch(const policy::Launch& launch) override {
-    DeltaPolicy::onLaunch(launch);
+    Base::onLaunch(launch);
     ++launches;
   }
   struct Wait {
     policy::BufferId id;
-    std::int64_t ns, recompute_ns;
+    std::int64_t ns, recompute_ns, transfer_ns;
     uint64_t launchesBefore;
   };
   std::vector<Wait> waits;
   uint64_t launches = 0;
 };
+
+class WaitRecorder : public WaitsRecorded<policy::DeltaPolicy> {  // recompute-only
+ public:
+  WaitRecorder() : WaitsRecorded(policy::PolicyConfig{}, policy::DirectorMode::kRecomputeOnly) {}
+};
+
+// A chain of `length` results computed recompute-only under a budget of three buffers, and
+// its last dropped result.
+struct DroppedChain {
+  WaitRecorder* policy = nullptr;
+  std::unique_ptr<Residency> r;
+  Chain chain;
+  CUdeviceptr lastDropped = 0;
+};
+void computeDroppedChain(int length, DroppedChain& out) {
+  auto owned = std::make_unique<WaitRecorder>();
+  out.policy = owned.get();
+  out.r = residencyWith(std::move(owned), 3 * kBuffer);
+  ASSERT_NO_FATAL_FAILURE(computeChain(*out.r, length, out.chain));
+  for (int k = length; k > 0 && out.lastDropped == 0; --k)
+    if (out.r->isDropped(out.chain.x[static_cast<size_t>(k)]) == 1) out.lastDropped = out.chain.x[static_cast<size_t>(k)];
+  ASSERT_NE(out.lastDropped, 0u) << "nothing was dropped";
+}
 
 TEST(ResidencyRecompute, TheWorkThatWaitsForRegenerationsIsToldTheirCostBeforeItsLaunch) {
   // The work that touches dropped results waits, on its stream, for their regeneration: the
@@ -587,21 +614,15 @@ TEST(ResidencyRecompute, TheWorkThatWaitsForRegenerationsIsToldTheirCostBeforeIt
   // it (untold, every drop looked free). Chains of 5 and 7 under a budget of three buffers.
   for (int length : {5, 7}) {
     SCOPED_TRACE(length);
-    auto owned = std::make_unique<WaitRecorder>();
-    WaitRecorder* policy = owned.get();
-    auto r = residencyWith(std::move(owned), 3 * kBuffer);
-    Chain chain;
-    ASSERT_NO_FATAL_FAILURE(computeChain(*r, length, chain));
-    const std::vector<CUdeviceptr>& x = chain.x;
-    int last = length;
-    while (last > 0 && r->isDropped(x[last]) != 1) --last;
-    ASSERT_GT(last, 0) << "nothing was dropped";
+    DroppedChain c;
+    ASSERT_NO_FATAL_FAILURE(computeDroppedChain(length, c));
+    WaitRecorder* policy = c.policy;
     policy->waits.clear();
     const uint64_t launchesBefore = policy->launches;
-    const uint64_t recomputes = r->stats().recomputes;
-    ASSERT_EQ(prepare(*r, kStream, {x[last]}), CUDA_SUCCESS);
-    r->releaseHeld();
-    ASSERT_GT(r->stats().recomputes, recomputes);
+    const uint64_t recomputes = c.r->stats().recomputes;
+    ASSERT_EQ(prepare(*c.r, kStream, {c.lastDropped}), CUDA_SUCCESS);
+    c.r->releaseHeld();
+    ASSERT_GT(c.r->stats().recomputes, recomputes);
     // The regenerations the work asked for directly (the last dropped result): told once each,
     // at their cost, before the work's own launch; those inside callbacks are theirs.
     ASSERT_EQ(policy->waits.size(), 1u);
@@ -619,47 +640,22 @@ TEST(ResidencyRecompute, ADroppedBufferRegeneratedBeforeItsHookGoesIsNoLaunchOfT
   // changed shape from one to the next.
   for (int length : {5, 7}) {
     SCOPED_TRACE(length);
-    auto owned = std::make_unique<WaitRecorder>();
-    WaitRecorder* policy = owned.get();
-    auto r = residencyWith(std::move(owned), 3 * kBuffer);
-    Chain chain;
-    ASSERT_NO_FATAL_FAILURE(computeChain(*r, length, chain));
-    int dropped = length;
-    while (dropped > 0 && r->isDropped(chain.x[dropped]) != 1) --dropped;
-    ASSERT_GT(dropped, 0) << "nothing was dropped";
-    const uint64_t launches = policy->launches;
-    const uint64_t recomputes = r->stats().recomputes;
-    EXPECT_EQ(r->clearRecompute(chain.x[dropped]), 0);
-    EXPECT_GT(r->stats().recomputes, recomputes);  // regenerated: its producer's launch ran
-    EXPECT_EQ(r->isDropped(chain.x[dropped]), 0);
-    EXPECT_EQ(policy->launches, launches) << "the shim's regeneration was told as a launch";
+    DroppedChain c;
+    ASSERT_NO_FATAL_FAILURE(computeDroppedChain(length, c));
+    const uint64_t launches = c.policy->launches;
+    const uint64_t recomputes = c.r->stats().recomputes;
+    EXPECT_EQ(c.r->clearRecompute(c.lastDropped), 0);
+    EXPECT_GT(c.r->stats().recomputes, recomputes);  // regenerated: its producer's launch ran
+    EXPECT_EQ(c.r->isDropped(c.lastDropped), 0);
+    EXPECT_EQ(c.policy->launches, launches) << "the shim's regeneration was told as a launch";
     // The program's next launch is told as ever.
-    ASSERT_EQ(prepare(*r, kStream, {chain.x[dropped]}), CUDA_SUCCESS);
-    r->releaseHeld();
-    EXPECT_EQ(policy->launches, launches + 1);
+    ASSERT_EQ(prepare(*c.r, kStream, {c.lastDropped}), CUDA_SUCCESS);
+    c.r->releaseHeld();
+    EXPECT_EQ(c.policy->launches, launches + 1);
   }
 }
 
-// lru, noting each wait it is told of and how many launches it had seen then.
-class SwapWaitRecorder : public policy::LruPolicy {
- public:
-  SwapWaitRecorder() : LruPolicy(policy::PolicyConfig{}) {}
-  void onWaited(policy::BufferId id, std::int64_t ns) override {
-    waits.push_back({id, ns, launches, costs().transferNs(policy::Direction::kHostToDevice, buffers()[id].bytes)});
-  }
-  void onLaunch(const policy::Launch& launch) override {
-    LruPolicy::onLaunch(launch);
-    ++launches;
-  }
-  struct Wait {
-    policy::BufferId id;
-    std::int64_t ns;
-    uint64_t launchesBefore;
-    std::int64_t transferNs;  // the buffer's restore as the policy then priced it
-  };
-  std::vector<Wait> waits;
-  uint64_t launches = 0;
-};
+using SwapWaitRecorder = WaitsRecorded<policy::LruPolicy>;
 
 TEST(ResidencyCosts, TheWorkThatWaitsForARestoreIsToldItsTransferTimeBeforeItsLaunch) {
   // A restore on demand is copied on the work's stream, ahead of it: the work stands still for
@@ -667,7 +663,7 @@ TEST(ResidencyCosts, TheWorkThatWaitsForARestoreIsToldItsTransferTimeBeforeItsLa
   // it. Untold, every swap closed with no wait and looked free.
   for (int count : {5, 8}) {
     SCOPED_TRACE(count);
-    auto owned = std::make_unique<SwapWaitRecorder>();
+    auto owned = std::make_unique<SwapWaitRecorder>(policy::PolicyConfig{});
     SwapWaitRecorder* policy = owned.get();
     auto residency = residencyWith(std::move(owned), 4 * kBuffer);
     Residency& r = *residency;
@@ -684,7 +680,7 @@ TEST(ResidencyCosts, TheWorkThatWaitsForARestoreIsToldItsTransferTimeBeforeItsLa
     r.releaseHeld();
     ASSERT_EQ(r.stats().restores, restores + 1);
     ASSERT_EQ(policy->waits.size(), 1u);
-    EXPECT_EQ(policy->waits[0].ns, policy->waits[0].transferNs);
+    EXPECT_EQ(policy->waits[0].ns, policy->waits[0].transfer_ns);
     EXPECT_GT(policy->waits[0].ns, 0);
     EXPECT_EQ(policy->waits[0].launchesBefore, launchesBefore);
     EXPECT_EQ(policy->launches, launchesBefore + 1);
