@@ -182,16 +182,15 @@ bool AccessPattern::applyDeviceTimes(DeviceTimes& ends) {
     for (; after < ends.length && ends.end[after] == kNotReported; ++after) learned_ns += learnedNs(after);
     const bool bounded = frontier != INT64_MIN && after < ends.length;
     const std::int64_t gap_ns = bounded ? std::max<std::int64_t>(0, ends.start[after] - frontier) : learned_ns;
-    const std::uint32_t missing = after - p;
-    std::int64_t shared = 0;
-    for (std::uint32_t k = 0; p < after; ++p, ++k) {
-      offsets_[p] = offset + shared;
-      // Evenly when nothing was learned for them (a launch-for-launch share of the gap).
-      shared = learned_ns > 0 ? static_cast<std::int64_t>(static_cast<double>(gap_ns) *
-                                                          (static_cast<double>(learned.offsetNs(p + 1) - learned.offsetNs(after - missing)) /
-                                                           static_cast<double>(learned_ns)))
-                              : gap_ns * (k + 1) / missing;
-      shared = std::clamp<std::int64_t>(shared, 0, gap_ns);
+    // Each launch of the run starts after its share of the ones before it; evenly when
+    // nothing was learned for them.
+    const std::uint32_t first = p;
+    const std::uint32_t missing = after - first;
+    for (; p < after; ++p) {
+      const double before = learned_ns > 0 ? static_cast<double>(learned.offsetNs(p) - learned.offsetNs(first)) /
+                                                 static_cast<double>(learned_ns)
+                                           : static_cast<double>(p - first) / missing;
+      offsets_[p] = offset + std::clamp<std::int64_t>(static_cast<std::int64_t>(before * static_cast<double>(gap_ns)), 0, gap_ns);
     }
     offset += gap_ns;
   }

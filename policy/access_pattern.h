@@ -3,8 +3,7 @@
 // the first launch of the recording that names a buffer (same stream, same buffers), comes
 // round again after at least kMinPeriod launches; a recording whose anchor has not come round
 // within a limit (kFirstAnchorLimit launches, doubling each time) starts again from the
-// current launch. Each
-// finished iteration becomes the schedule that predicts the next.
+// current launch. Each finished iteration becomes the schedule that predicts the next.
 //
 // Cost: onLaunch is O(buffers of the launch) (a hash and a copy into preallocated storage); a
 // boundary costs UseSchedule::finish, O(uses + buffer capacity). Nothing allocates after
