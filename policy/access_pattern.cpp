@@ -166,7 +166,6 @@ bool AccessPattern::applyDeviceTimes(DeviceTimes& ends) {
   // 770 ms: a ring of 256 marks, the host thousands of launches ahead), and every next use
   // looked four times nearer than it was.
   const UseSchedule& learned = *learned_;
-  auto learnedNs = [&](std::uint32_t p) { return std::max<std::int64_t>(0, learned.offsetNs(p + 1) - learned.offsetNs(p)); };
   std::int64_t frontier = INT64_MIN;
   std::int64_t offset = 0;
   for (std::uint32_t p = 0; p < ends.length;) {
@@ -177,14 +176,14 @@ bool AccessPattern::applyDeviceTimes(DeviceTimes& ends) {
       ++p;
       continue;
     }
-    std::uint32_t after = p;
-    std::int64_t learned_ns = 0;
-    for (; after < ends.length && ends.end[after] == kNotReported; ++after) learned_ns += learnedNs(after);
+    const std::uint32_t first = p;
+    std::uint32_t after = first;
+    while (after < ends.length && ends.end[after] == kNotReported) ++after;
+    const std::int64_t learned_ns = std::max<std::int64_t>(0, learned.offsetNs(after) - learned.offsetNs(first));
     const bool bounded = frontier != INT64_MIN && after < ends.length;
     const std::int64_t gap_ns = bounded ? std::max<std::int64_t>(0, ends.start[after] - frontier) : learned_ns;
     // Each launch of the run starts after its share of the ones before it; evenly when
     // nothing was learned for them.
-    const std::uint32_t first = p;
     const std::uint32_t missing = after - first;
     for (; p < after; ++p) {
       const double before = learned_ns > 0 ? static_cast<double>(learned.offsetNs(p) - learned.offsetNs(first)) /
