@@ -175,6 +175,8 @@ void Simulator::step(std::size_t op_index) {
     bufs_[w].recomputable = false;
     policy_->onRecomputable(w, kUnknownNs);
   }
+  waited_until_ = end;
+  for (BufferId b : op.unregisters) unregister(b, end);
   for (BufferId b : op.frees) programFree(b, end);
 
   // While the op runs: free room ahead of what the next launches allocate or restore (without
@@ -361,6 +363,17 @@ void Simulator::programFree(BufferId id, std::int64_t now) {
     }
   }
   releaseStorage(id, now);
+}
+
+void Simulator::unregister(BufferId id, std::int64_t now) {
+  Buf& b = bufs_[id];
+  // Regenerated on the compute stream before the next op, as the shim's delta_unregister does;
+  // what it waited for is told as an op's waits are.
+  if (b.state == State::kDropped) reportWait(id, recompute(id, now));
+  if (b.recomputable) {
+    b.recomputable = false;
+    policy_->onRecomputable(id, kUnknownNs);
+  }
 }
 
 void Simulator::releaseStorage(BufferId id, std::int64_t now) {

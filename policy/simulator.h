@@ -11,7 +11,8 @@
 //   recomputing them, recursively). Inputs that the program frees while a dependent is dropped
 //   are kept alive (counted in memory, evictable) until it is recomputed or freed, as a
 //   framework's recompute graph would hold them. An in-place write to a buffer first recomputes
-//   its dropped dependents and ends their recomputability.
+//   its dropped dependents and ends their recomputability. An op's unregisters end the
+//   recomputability of buffers the program keeps (a dropped one is recomputed first).
 // - After an op starts, the policy may free room ahead (upcomingBytes) and start prefetches.
 // - Every wait of an op beyond its predecessor's end is reported once (Policy::onWaited): to the
 //   buffer restored or recomputed, or to the buffer whose copy out the memory waited for.
@@ -105,6 +106,7 @@ class Simulator {
   std::int64_t startRestore(BufferId id, std::int64_t now);
   void allocate(BufferId id, std::int64_t now, std::size_t op_index);
   void programFree(BufferId id, std::int64_t now);
+  void unregister(BufferId id, std::int64_t now);
   void releaseStorage(BufferId id, std::int64_t now);
   void unhold(BufferId id, std::int64_t now);
   void invalidateDependents(BufferId id, std::int64_t now);

@@ -48,7 +48,7 @@ std::string Workload::validate() const {
       if (state[id] == S::kLive) return bad(i, id, "allocated while live");
       state[id] = S::kLive;
     }
-    for (const auto* list : {&op.reads, &op.writes, &op.frees}) {
+    for (const auto* list : {&op.reads, &op.writes, &op.unregisters, &op.frees}) {
       for (BufferId id : *list) {
         if (id >= buffers.size()) return bad(i, id, "does not exist");
         if (state[id] != S::kLive) return bad(i, id, "used while not allocated");

@@ -34,6 +34,10 @@ struct WorkloadOp {
   std::vector<BufferId> writes;  // written in place (existing buffers)
   std::vector<BufferId> frees;   // freed just after the op
   bool scales_with_batch = true;  // whether scaled() grows its time (and its recompute cost)
+  // Still allocated but recomputable no more after the op: the program gave up their recipes
+  // (delta-play unregisters a result it frees while others' recomputes still keep it). One
+  // dropped by then is regenerated first, while its inputs are as they were.
+  std::vector<BufferId> unregisters{};
 };
 
 struct Workload {

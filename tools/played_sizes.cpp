@@ -21,18 +21,25 @@ policy::Workload played(const policy::Workload& workload, std::uint64_t scale) {
 
 namespace {
 
-// The op after which delta-play --recompute frees each buffer (-1: never, within the
-// iteration), following its holds (tools/play/delta_play.cpp, Player::step and the frees).
-std::vector<std::int32_t> freesWithRecompute(const policy::Workload& played, const ShimGranularity& shim) {
+struct PlayedLifetimes {
+  std::vector<std::int32_t> freed_at;         // the op after which it is freed; -1: never
+  std::vector<std::int32_t> unregistered_at;  // the op after which it is kept unregistered; -1
+};
+
+// Where delta-play --recompute frees each buffer, within the iteration, following its holds,
+// and where it unregisters a result the program frees while others' registrations keep it
+// (tools/play/delta_play.cpp, Player::step and the frees). An in-place write's unregistrations
+// need no mark: the replay ends those recipes at the write itself.
+PlayedLifetimes lifetimesWithRecompute(const policy::Workload& played, const ShimGranularity& shim) {
   const play::PlayPlan plan(played);
   const std::size_t n = played.buffers.size();
-  std::vector<std::int32_t> freed_at(n, -1);
+  PlayedLifetimes out{std::vector<std::int32_t>(n, -1), std::vector<std::int32_t>(n, -1)};
   std::vector<bool> registered(n, false), program_freed(n, false);
   std::vector<std::uint32_t> holds(n, 0);
   std::int32_t op_index = 0;
   auto free_now = [&](policy::BufferId b) {
     program_freed[b] = false;
-    freed_at[b] = op_index;
+    out.freed_at[b] = op_index;
   };
   auto unregister = [&](policy::BufferId b) {
     if (!registered[b]) return;
@@ -55,12 +62,13 @@ std::vector<std::int32_t> freesWithRecompute(const policy::Workload& played, con
     }
     for (policy::BufferId b : op.frees) {
       program_freed[b] = true;
+      if (registered[b] && holds[b] > 0) out.unregistered_at[b] = op_index;
       unregister(b);
       if (holds[b] == 0) free_now(b);
     }
     ++op_index;
   }
-  return freed_at;
+  return out;
 }
 
 }  // namespace
@@ -69,10 +77,13 @@ policy::Workload asManagedByShim(const policy::Workload& played, bool recompute,
                                  const ShimGranularity& shim) {
   policy::Workload out = played;
   if (recompute) {
-    const std::vector<std::int32_t> freed_at = freesWithRecompute(played, shim);
+    const PlayedLifetimes lifetimes = lifetimesWithRecompute(played, shim);
     for (policy::WorkloadOp& op : out.ops) op.frees.clear();
     for (policy::BufferId b = 0; b < out.buffers.size(); ++b) {
-      if (freed_at[b] >= 0) out.ops[static_cast<std::size_t>(freed_at[b])].frees.push_back(b);
+      const std::int32_t freed = lifetimes.freed_at[b], unregistered = lifetimes.unregistered_at[b];
+      if (freed >= 0) out.ops[static_cast<std::size_t>(freed)].frees.push_back(b);
+      if (unregistered >= 0 && unregistered != freed)
+        out.ops[static_cast<std::size_t>(unregistered)].unregisters.push_back(b);
     }
   }
   const std::uint64_t granule = std::max<std::uint64_t>(shim.granule, 1);

@@ -29,7 +29,9 @@ policy::Workload played(const policy::Workload& workload, std::uint64_t scale);
 // registers (recomputable, and managed) keeps its producer's inputs alive until it is freed
 // or unregistered (an input written in place unregisters what was computed from it), so the
 // inputs live longer than the program needs them (LSTM at --scale 8: a managed peak of 841 MB
-// against 300 MB without).
+// against 300 MB without). A registered result the program frees while it is kept so is
+// unregistered there (WorkloadOp::unregisters): from then on it can only be swapped, and if
+// it was dropped it is regenerated then.
 policy::Workload asManagedByShim(const policy::Workload& played, bool recompute,
                                  const ShimGranularity& shim = {});
 

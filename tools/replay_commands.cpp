@@ -51,7 +51,8 @@ constexpr std::string_view kAsPlayedHelp =
     "                    mapping granularity); a budget in percent is of the peak as played;\n"
     "                    the link is divided by N, as delta-play divides cudasim's\n"
     "  --played-recompute  with --as-played: the run has delta-play's --recompute, whose\n"
-    "                    registered results keep their producer's inputs alive\n";
+    "                    registered results keep their producer's inputs alive (an input\n"
+    "                    the program has freed is kept unregistered: swapped, never dropped)\n";
 
 int usage(std::string_view cmd, const std::string& msg) {
   fmt::print(stderr, "delta-trace {}: {} (see 'delta-trace {} --help')\n", cmd, msg, cmd);

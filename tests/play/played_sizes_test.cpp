@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "tests/policy/workload_builder.h"
 
@@ -21,6 +23,15 @@ int freedAfter(const policy::Workload& w, BufferId id) {
   for (std::size_t i = 0; i < w.ops.size(); ++i) {
     const auto& frees = w.ops[i].frees;
     if (std::find(frees.begin(), frees.end(), id) != frees.end()) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// The op whose unregisters list `id` (-1: none).
+int unregisteredAfter(const policy::Workload& w, BufferId id) {
+  for (std::size_t i = 0; i < w.ops.size(); ++i) {
+    const auto& list = w.ops[i].unregisters;
+    if (std::find(list.begin(), list.end(), id) != list.end()) return static_cast<int>(i);
   }
   return -1;
 }
@@ -74,6 +85,10 @@ TEST(PlayedSizes, ARegisteredResultKeepsItsProducersInputsUntilItGoes) {
   const policy::Workload w = asManagedByShim(b.take(), true);
   EXPECT_EQ(freedAfter(w, x), 3) << "kept alive for y";
   EXPECT_EQ(freedAfter(w, y), 3);
+  // x is registered too: delta-play unregisters it where the program frees it, and from there
+  // it can only be swapped (and is regenerated then if it was dropped). y goes with its free.
+  EXPECT_EQ(unregisteredAfter(w, x), 1);
+  EXPECT_EQ(unregisteredAfter(w, y), -1);
   EXPECT_EQ(w.validate(), "");
   EXPECT_GT(w.peakBytes(), 0u);
 }
@@ -87,6 +102,7 @@ TEST(PlayedSizes, AnUnmanagedResultIsNotRegisteredAndKeepsNothing) {
   b.free(y);
   const policy::Workload w = asManagedByShim(b.take(), true);
   EXPECT_EQ(freedAfter(w, x), 1);
+  EXPECT_EQ(unregisteredAfter(w, x), -1);
 }
 
 TEST(PlayedSizes, WritingAnInputInPlaceEndsTheHoldsOnIt) {
@@ -101,6 +117,62 @@ TEST(PlayedSizes, WritingAnInputInPlaceEndsTheHoldsOnIt) {
   b.free(y);
   const policy::Workload w = asManagedByShim(b.take(), true);
   EXPECT_EQ(freedAfter(w, x), 2);
+  EXPECT_EQ(freedAfter(w, y), 3);
+}
+
+TEST(PlayedSizes, EachLinkOfAChainKeptForTheNextIsUnregisteredWhereTheProgramFreesIt) {
+  // A chain of n results, each computed from the one before, each freed by the program right
+  // after its successor is made, and the last used at the end: every one but the last is kept
+  // for its successor's recompute, and unregistered (no longer droppable) at its own free; it
+  // goes when its successor's registration does, at the successor's free, or, for the last but
+  // one, with the last.
+  for (int n : {2, 3, 6}) {
+    WorkloadBuilder b;
+    std::vector<BufferId> chain{b.op("c0", 10, {}, {2 * kMiB})[0]};
+    for (int i = 1; i < n; ++i) {
+      chain.push_back(b.op("c" + std::to_string(i), 10, {chain.back()}, {2 * kMiB})[0]);
+      b.free(chain[chain.size() - 2]);
+    }
+    b.op("use", 10, {chain.back()});
+    b.free(chain.back());
+    const policy::Workload w = asManagedByShim(b.take(), true);
+    EXPECT_EQ(w.validate(), "");
+    for (int i = 0; i + 1 < n; ++i) {
+      EXPECT_EQ(unregisteredAfter(w, chain[static_cast<std::size_t>(i)]), i + 1) << n << " links, " << i;
+      EXPECT_EQ(freedAfter(w, chain[static_cast<std::size_t>(i)]), i + 2 < n ? i + 2 : n) << n << " links, " << i;
+    }
+    EXPECT_EQ(unregisteredAfter(w, chain.back()), -1);
+    // Played without --recompute nothing is registered, so nothing is unregistered.
+    WorkloadBuilder again;
+    BufferId prev = again.op("c0", 10, {}, {2 * kMiB})[0];
+    for (int i = 1; i < n; ++i) {
+      const BufferId next = again.op("c" + std::to_string(i), 10, {prev}, {2 * kMiB})[0];
+      again.free(prev);
+      prev = next;
+    }
+    again.op("use", 10, {prev});
+    again.free(prev);
+    const policy::Workload plain = asManagedByShim(again.take(), false);
+    for (const policy::WorkloadOp& op : plain.ops) EXPECT_TRUE(op.unregisters.empty());
+  }
+}
+
+TEST(PlayedSizes, AResultWrittenInPlaceBeforeItsFreeIsNotUnregisteredAgain) {
+  // y, which z was computed from, is written in place: that ends both registrations (the
+  // replay ends them at the write itself), so at y's free nothing holds it and nothing is left
+  // to unregister.
+  WorkloadBuilder b;
+  const BufferId x = b.op("x", 10, {}, {2 * kMiB})[0];
+  const BufferId y = b.op("y", 10, {x}, {2 * kMiB})[0];
+  const BufferId z = b.op("z", 10, {y}, {2 * kMiB})[0];
+  b.op("y_", 10, {}, {}, {y});
+  b.free(y);
+  b.op("later", 10, {z});
+  b.free(z);
+  b.free(x);
+  const policy::Workload w = asManagedByShim(b.take(), true);
+  EXPECT_EQ(w.validate(), "");
+  EXPECT_EQ(unregisteredAfter(w, y), -1);
   EXPECT_EQ(freedAfter(w, y), 3);
 }
 

@@ -228,6 +228,60 @@ TEST(Simulator, InPlaceWriteEndsRecomputability) {
   EXPECT_EQ(r.used_while_evicted, 0u);
 }
 
+// b = f(a) has to go for t; later the program gives up b's recipe (WorkloadOp::unregisters,
+// as delta-play does for a result it frees while another's recompute keeps it) and then t2
+// needs the room again.
+Workload unregisteredAfterADrop(bool unregister) {
+  WorkloadBuilder wb;
+  const BufferId in = wb.persistent("in", kMiB);
+  const BufferId a = wb.op("make_a", 1'000'000, {in}, {256 * kMiB})[0];
+  const BufferId b = wb.op("make_b", 3'000, {a}, {512 * kMiB})[0];
+  const BufferId t = wb.op("temp", 1'000'000, {in}, {512 * kMiB})[0];
+  wb.op("use_t", 1'000'000, {t});
+  wb.free(t);
+  wb.op("between", 1'000'000, {in});
+  Workload w = wb.take();
+  if (unregister) w.ops.back().unregisters.push_back(b);
+  const auto t2 = static_cast<BufferId>(w.buffers.size());
+  w.buffers.push_back({"temp2", 512 * kMiB, false, static_cast<std::int32_t>(w.ops.size()), 1'000'000});
+  w.ops.push_back({"temp2", 1'000'000, {t2}, {in}, {}, {}});
+  w.ops.push_back({"use_t2", 1'000'000, {}, {t2}, {}, {t2}});
+  w.ops.push_back({"use_b", 1'000'000, {}, {b}, {}, {b, a}});
+  return w;
+}
+
+TEST(Simulator, AnUnregisteredBufferIsRegeneratedIfDroppedAndCanOnlyBeSwappedAfter) {
+  SimOptions o;
+  o.budget_bytes = 800 * kMiB;  // a and b leave no room for t or t2
+  o.iterations = 1;
+  o.warmup = 0;
+  const SimResult kept = replay(unregisteredAfterADrop(false), "recompute-only", o);
+  EXPECT_EQ(kept.over_budget_ops, 0u);  // b is dropped again for t2
+  EXPECT_EQ(kept.used_while_evicted, 0u);
+  const SimResult given_up = replay(unregisteredAfterADrop(true), "recompute-only", o);
+  EXPECT_EQ(given_up.used_while_evicted, 0u);
+  // b came back once in both, for use_b when kept recomputable, where its recipe went when
+  // not: then it was resident for t2, and recompute-only could not drop it again.
+  EXPECT_EQ(kept.recompute_ns, 3'000);
+  EXPECT_EQ(given_up.recompute_ns, 3'000);
+  EXPECT_GT(given_up.over_budget_ops, 0u);
+  // delta swaps it instead, within the budget.
+  const SimResult swapped = replay(unregisteredAfterADrop(true), "delta", o);
+  EXPECT_EQ(swapped.over_budget_ops, 0u);
+  EXPECT_EQ(swapped.used_while_evicted, 0u);
+  EXPECT_GT(swapped.d2h_bytes, 0u);
+}
+
+TEST(Workload, ValidateFindsAnUnregisterOfWhatIsNotAllocated) {
+  WorkloadBuilder wb;
+  const BufferId a = wb.op("make", 1, {}, {8})[0];
+  wb.free(a);
+  wb.op("later", 1, {});
+  Workload w = wb.take();
+  w.ops.back().unregisters.push_back(a);
+  EXPECT_NE(w.validate().find("used while not allocated"), std::string::npos);
+}
+
 TEST(Workload, ScaledGrowsActivationsAndTime) {
   const Workload w = trainingWorkload(4, 64 * kMiB, 1'000'000, kMiB);
   const Workload s = w.scaled(2.0);
