@@ -286,6 +286,8 @@ class Residency {
   // regenerated first, on the legacy default stream.
   int clearRecompute(CUdeviceptr address);
   int isDropped(CUdeviceptr address);
+  // Whether the managed buffer at `address` is leaving (its eviction batch in flight).
+  bool isLeaving(CUdeviceptr address);
   // Framework-managed regeneration: memory back (1) or nothing to do (0); then the end.
   int beginRecompute(CUdeviceptr address);
   int endRecompute(CUdeviceptr address);
@@ -506,6 +508,8 @@ class Residency {
   // A use of a buffer that is leaving: it stays (the eviction is called off; its batch still
   // runs).
   void cancelEviction(uint32_t id, int64_t now);
+  // Whether `id` is leaving by a drop (its batch will leave it to be recomputed), not a swap.
+  bool droppingNow(uint32_t id) const;
   // Work on `stream` that may write a leaving buffer waits there for the batch that copies it
   // out (not on the host).
   void waitForEvictionCopy(const Buffer& buffer, CUstream stream);

@@ -558,6 +558,17 @@ void Residency::cancelEviction(uint32_t id, int64_t now) {
   policy_->onRestored(id, now);
 }
 
+bool Residency::droppingNow(uint32_t id) const {
+  const Buffer& buffer = buffers_[id];
+  if (!buffer.evicting) return false;
+  for (const EvictionBatch& batch : inFlight_) {
+    if (batch.sequence != buffer.evictBatch) continue;
+    for (const EvictionBatch::Member& m : batch.members)
+      if (m.id == id && m.serial == buffer.serial) return m.drop;
+  }
+  return false;
+}
+
 void Residency::waitForEvictionCopy(const Buffer& buffer, CUstream stream) {
   for (const EvictionBatch& batch : inFlight_) {
     if (batch.sequence != buffer.evictBatch) continue;

@@ -271,8 +271,9 @@ int Residency::setRecompute(CUdeviceptr address, const RecomputeHook& hook) {
   const uint32_t id = addresses_.find(address);
   // A mapping of the program's own memory holds several of its tensors, not one: never dropped.
   if (id == AddressMap::kNone || buffers_[id].program != nullptr) return -1;
-  // A drop in flight needs the hook it was decided with: without one, the buffer stays.
-  if (hook.kind == RecomputeHook::Kind::kNone && buffers_[id].evicting) cancelEviction(id, nowNs());
+  // A drop in flight needs the hook it was decided with: without one, the buffer stays. A
+  // swap in flight needs no hook, and goes on.
+  if (hook.kind == RecomputeHook::Kind::kNone && droppingNow(id)) cancelEviction(id, nowNs());
   buffers_[id].hook = hook;
   if (hook.kind != RecomputeHook::Kind::kNone) anyRecomputable_.store(true, std::memory_order_relaxed);
   policy_->onRecomputable(id, hook.kind == RecomputeHook::Kind::kNone ? policy::kUnknownNs
@@ -289,8 +290,9 @@ int Residency::clearRecompute(CUdeviceptr address) {
     if (id == AddressMap::kNone) return -1;
     kind = buffers_[id].hook.kind;
     start = buffers_[id].address;
-    // A drop in flight would leave it without the hook that can regenerate it: it stays.
-    if (buffers_[id].evicting) cancelEviction(id, nowNs());
+    // A drop in flight would leave it without the hook that can regenerate it: it stays. A
+    // swap in flight needs no hook, and goes on (calling it off would waste its copy).
+    if (droppingNow(id)) cancelEviction(id, nowNs());
     if (buffers_[id].state != State::kDropped || kind != RecomputeHook::Kind::kCallback) {
       buffers_[id].hook = RecomputeHook{};
       policy_->onRecomputable(id, policy::kUnknownNs);
@@ -322,6 +324,12 @@ int Residency::isDropped(CUdeviceptr address) {
   const uint32_t id = addresses_.find(address);
   if (id == AddressMap::kNone) return -1;
   return buffers_[id].state == State::kDropped ? 1 : 0;
+}
+
+bool Residency::isLeaving(CUdeviceptr address) {
+  std::lock_guard lock(mutex_);
+  const uint32_t id = addresses_.find(address);
+  return id != AddressMap::kNone && buffers_[id].evicting;
 }
 
 int Residency::beginRecompute(CUdeviceptr address) {
