@@ -114,6 +114,9 @@ struct Stats {
   // Allocations given the memory of a freed buffer the device was still using (ordered after
   // that use on the device) instead of waiting for it or evicting.
   uint64_t adoptedFrees = 0;
+  // Allocations given a freed buffer's address and memory as they were, still mapped (its work
+  // done): no driver call to map, unmap or set access, as a caching allocator reuses a block.
+  uint64_t reusedFrees = 0;
   uint64_t deviceFull = 0;          // times the device refused memory the budget allowed
   uint64_t ceilingBytes = 0;        // the effective ceiling: the budget, or less (device full)
   uint64_t pointerTables = 0;       // allocations holding pointers to tracked buffers now
@@ -425,7 +428,9 @@ class Residency {
     int depth;
     uint64_t bytes = 0;  // copies: the bytes copied
   };
-  struct Quarantined {  // freed, but work that used it may still run
+  // Freed, but work that used it may still run; or done with (no events left) and kept mapped
+  // for the next allocation of its size (reuseQuarantined) until room is needed.
+  struct Quarantined {
     CUdeviceptr address;
     uint64_t mappedBytes;
     CUmemGenericAllocationHandle handle;  // 0 when it was evicted
@@ -533,7 +538,12 @@ class Residency {
   CUresult mapAt(CUdeviceptr address, uint64_t bytes, CUmemGenericAllocationHandle handle);
   // Gives back the memory of freed buffers whose work has finished; with `wait`, waits for the
   // oldest until `enough` device bytes have come back.
-  bool reclaimQuarantine(bool wait, uint64_t enough = UINT64_MAX);
+  // `keepMapped`: what the device is done with stays mapped, for reuseQuarantined; else it is
+  // unmapped and its memory goes to the pool (room is needed).
+  bool reclaimQuarantine(bool wait, uint64_t enough = UINT64_MAX, bool keepMapped = false);
+  // A freed buffer of `mapped` bytes whose uses the device has passed: its address, still
+  // mapped to its memory, and that memory, for a new allocation as they are. False: none.
+  bool reuseQuarantined(uint64_t mapped, CUdeviceptr* address, CUmemGenericAllocationHandle* handle);
   // When memory is short: the physical memory of a freed buffer of `mapped` bytes that the
   // device may still be using, for a new allocation, and an event after those uses (its first
   // use elsewhere waits for it on the device). False when none can be taken.

@@ -158,6 +158,11 @@ CUresult Residency::acquireOrEvict(uint64_t bytes, CUmemGenericAllocationHandle*
                                    std::span<const uint32_t> keep, uint32_t cause,
                                    const ProgramHandle* program) {
   CUresult result = acquirePhysical(bytes, handle, program);
+  // Freed buffers kept mapped for reuse hold memory the device has to give now: they go first.
+  if (result == CUDA_ERROR_OUT_OF_MEMORY && !quarantine_.empty() && reclaimQuarantine(false)) {
+    physical_.trim(UINT64_MAX);
+    result = acquirePhysical(bytes, handle, program);
+  }
   if (result != CUDA_ERROR_OUT_OF_MEMORY) return result;
   stats_.deviceFull++;
   // Evicting helps only when the device is short of memory by its own account. A refusal with

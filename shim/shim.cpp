@@ -246,7 +246,7 @@ void Shim::printSummary() {
           "ceiling_bytes=%llu pointer_tables=%llu evictions_ahead=%llu cancelled_evictions=%llu "
           "plans=%llu planning_ns=%llu plan_predicted_ns=%lld foreign_handles=%llu "
           "foreign_peak_bytes=%llu peak_device_bytes=%llu program_mappings=%llu "
-          "program_pinned=%llu restore_wait_ns=%llu adopted_frees=%llu%s",
+          "program_pinned=%llu restore_wait_ns=%llu adopted_frees=%llu reused_frees=%llu%s",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
           (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
@@ -262,7 +262,7 @@ void Shim::printSummary() {
           (unsigned long long)s.foreignHandles, (unsigned long long)s.foreignPeakBytes,
           (unsigned long long)s.peakDeviceBytes, (unsigned long long)s.programMappings,
           (unsigned long long)s.programPinned, (unsigned long long)s.restoreWaitNs,
-          (unsigned long long)s.adoptedFrees,
+          (unsigned long long)s.adoptedFrees, (unsigned long long)s.reusedFrees,
           allocPathStatsKeys().c_str());
 }
 
