@@ -344,6 +344,57 @@ TEST(PlatformTiming, AHostThatFallsBehindIsReportedAtExit) {
   EXPECT_NE(r.output.find("not to be trusted"), std::string::npos) << r.output;
 }
 
+// The compute engine left idle, by what the next kernel waited for: the host that had not
+// submitted it (20 ms of the host doing nothing), a copy before it on its stream, a copy on
+// another stream it waits for by an event (32 ms each at 1 GB/s, one after the other).
+CONFORMANCE_CHILD(idle_causes) {
+  RegisterKernels();
+  cudaStream_t s, other;
+  CHILD_RT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHILD_RT(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  constexpr size_t kBytes = 32 << 20;
+  Buffers b(kBytes);
+  CHILD_RT(LaunchTimed(1 * kMs, s));
+  CHILD_RT(cudaStreamSynchronize(s));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHILD_RT(LaunchTimed(1 * kMs, s));
+  CHILD_RT(cudaMemcpyAsync(b.device, b.pinned, kBytes, cudaMemcpyHostToDevice, s));
+  CHILD_RT(LaunchTimed(1 * kMs, s));
+  cudaEvent_t before, copied;
+  CHILD_RT(cudaEventCreate(&before));
+  CHILD_RT(cudaEventCreate(&copied));
+  CHILD_RT(cudaEventRecord(before, s));
+  CHILD_RT(cudaStreamWaitEvent(other, before, 0));
+  CHILD_RT(cudaMemcpyAsync(b.pinned, b.device, kBytes, cudaMemcpyDeviceToHost, other));
+  CHILD_RT(cudaEventRecord(copied, other));
+  CHILD_RT(cudaStreamWaitEvent(s, copied, 0));
+  CHILD_RT(LaunchTimed(1 * kMs, s));
+  CHILD_RT(cudaDeviceSynchronize());
+  return 0;
+}
+
+TEST(PlatformTiming, IdleTimeIsToldByWhatTheNextKernelWaitedFor) {
+  ChildOptions opt;
+  opt.set_env = {{"CUDASIM_VERBOSE", "1"}, {"CUDASIM_H2D_GBPS", "1"}, {"CUDASIM_D2H_GBPS", "1"}};
+  ChildResult r = RunChild("idle_causes", opt);
+  ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
+  const size_t at = r.output.find("compute idle between items");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  double all = 0, host = 0, copy = 0, events = 0;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + at,
+                        "compute idle between items %lf s: %lf s for work the host had not "
+                        "submitted, %lf s after the stream's previous item (a copy), %lf s for "
+                        "other streams (events)",
+                        &all, &host, &copy, &events),
+            4)
+      << r.output;
+  // From below only: a host slower than the model leaves the engine idle longer.
+  EXPECT_GE(host, 0.019) << r.output;
+  EXPECT_GE(copy, 0.030) << r.output;
+  EXPECT_GE(events, 0.030) << r.output;
+  EXPECT_NEAR(all, host + copy + events, 2e-6) << r.output;
+}
+
 CONFORMANCE_CHILD(bad_bandwidth) {
   cuInit(0);
   return 0;  // not reached: cuInit ends the process

@@ -81,15 +81,19 @@ void Stream::work() {
     }
     // Ready on the modeled clock: submitted, the predecessor ended, what it waits for ended.
     int64_t readyNs = std::max(item.submitNs, lastEndNs_);
+    ReadyBy readyBy = item.submitNs >= lastEndNs_ ? ReadyBy::kSubmission : lastEndBy_;
     if (item.after) {
       item.after->waitUntil(item.afterPosition);
-      readyNs = std::max(readyNs, item.after->endOf(item.afterPosition));
+      const int64_t afterEndNs = item.after->endOf(item.afterPosition);
+      if (afterEndNs > readyNs) readyBy = ReadyBy::kOtherStream;
+      readyNs = std::max(readyNs, afterEndNs);
     }
     if (item.run && item.delayUs > 0) {
       std::this_thread::sleep_for(std::chrono::microseconds(item.delayUs));
       readyNs = std::max(readyNs, monotonicNs());
     }
     int64_t endNs = readyNs;
+    ReadyBy endBy = readyBy;
     if (item.run) {
       tItemReadyNs = readyNs;
       const int64_t hostStartNs = monotonicNs();
@@ -103,7 +107,8 @@ void Stream::work() {
       if (duration > 0) {
         // The engine is busy for the modeled time from when the item could start; the stream
         // reaches the next item only then.
-        endNs = timing().finish(item.engine, readyNs, hostStartNs, duration);
+        endNs = timing().finish(item.engine, readyNs, hostStartNs, duration, readyBy);
+        endBy = ReadyBy::kPredecessor;
       } else if (!item.instant) {
         endNs = std::max(readyNs, monotonicNs());  // untimed work ends when its host work does
       }
@@ -111,6 +116,7 @@ void Stream::work() {
     item = WorkItem{};  // release captured state before announcing completion
     std::lock_guard lock(mutex_);
     lastEndNs_ = endNs;
+    lastEndBy_ = endBy;
     ends_.emplace_back(completed_ + 1, endNs);
     if (ends_.size() > kRememberedEnds) ends_.pop_front();
     ++completed_;

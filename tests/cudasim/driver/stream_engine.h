@@ -90,6 +90,9 @@ class Stream : public std::enable_shared_from_this<Stream> {
   // ready when it was submitted, its predecessor ended and what it waits for ended, whatever
   // the worker's own wake-up latency.
   int64_t lastEndNs_ = 0;
+  // Why the last item ended when it did: a timed one, when its engine finished it; an untimed
+  // one (a wait for an event, a host function), when what it was waiting for did.
+  ReadyBy lastEndBy_ = ReadyBy::kPredecessor;
   std::deque<std::pair<uint64_t, int64_t>> ends_;
 };
 

@@ -78,7 +78,8 @@ int64_t Timing::copyNs(Engine engine, uint64_t bytes, bool pageable) const {
   return static_cast<int64_t>(std::ceil(static_cast<double>(bytes) / bytesPerNs));
 }
 
-int64_t Timing::finish(Engine engine, int64_t readyNs, int64_t hostStartNs, int64_t durationNs) {
+int64_t Timing::finish(Engine engine, int64_t readyNs, int64_t hostStartNs, int64_t durationNs,
+                       ReadyBy readyBy) {
   const int index = static_cast<int>(engine);
   EngineClock& clock = engines_[index];
   const int64_t hostNs = monotonicNs() - hostStartNs;
@@ -91,6 +92,9 @@ int64_t Timing::finish(Engine engine, int64_t readyNs, int64_t hostStartNs, int6
   int64_t end;
   {
     std::lock_guard lock(clock.mutex);
+    if (engine == Engine::kCompute && clock.freeAtNs > 0 && readyNs > clock.freeAtNs)
+      idleNs_[static_cast<int>(readyBy)].fetch_add(readyNs - clock.freeAtNs,
+                                                    std::memory_order_relaxed);
     const int64_t start = std::max(readyNs, clock.freeAtNs);
     end = start + std::max(durationNs, hostNs);
     clock.freeAtNs = end;
@@ -111,6 +115,12 @@ void Timing::report() const {
   for (int engine = 1; engine < 4; ++engine)
     std::fprintf(stderr, ", %s busy %.6f s", engineName(engine), busyNs_[engine].load() / 1e9);
   std::fprintf(stderr, "\n");
+  std::fprintf(stderr,
+               "cudasim: timing: compute idle between items %.6f s: %.6f s for work the host had "
+               "not submitted, %.6f s after the stream's previous item (a copy), %.6f s for "
+               "other streams (events)\n",
+               (idleNs_[0].load() + idleNs_[1].load() + idleNs_[2].load()) / 1e9,
+               idleNs_[0].load() / 1e9, idleNs_[1].load() / 1e9, idleNs_[2].load() / 1e9);
   int64_t busy = 0;
   for (const auto& engineBusy : busyNs_) busy += engineBusy.load();
   if (const uint64_t overruns = overruns_.load(); overruns > 0) {

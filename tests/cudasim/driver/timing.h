@@ -28,6 +28,10 @@ namespace cudasim {
 
 enum class Engine : uint8_t { kNone, kCompute, kHostToDevice, kDeviceToHost };
 
+// What an item was last to wait for before it could start: its submission by the host, the end
+// of the item before it on its stream, or what it waits for on another stream (an event).
+enum class ReadyBy : uint8_t { kSubmission, kPredecessor, kOtherStream };
+
 class Timing {
  public:
   // Reads the environment (a bad value ends the process with one line, exit status 2).
@@ -41,10 +45,18 @@ class Timing {
   // The item became ready at `readyNs` (modeled), its host work ran from `hostStartNs` until now;
   // it occupies `engine` for `durationNs`, or for as long as its host work took if that was
   // longer (an overrun, counted). Sleeps until the item ends on the modeled clock; returns that.
-  int64_t finish(Engine engine, int64_t readyNs, int64_t hostStartNs, int64_t durationNs);
+  // `readyBy` says why it could not start earlier: an engine left idle before it is counted
+  // against that cause (CUDASIM_VERBOSE=1), which tells a device starved by a host that fell
+  // behind from one waiting for copies.
+  int64_t finish(Engine engine, int64_t readyNs, int64_t hostStartNs, int64_t durationNs,
+                 ReadyBy readyBy = ReadyBy::kSubmission);
 
   // Timed items whose host work outlasted their modeled time, so far.
   uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
+  // Modeled time the compute engine stood idle before an item ready only then, for `why`.
+  int64_t computeIdleNs(ReadyBy why) const {
+    return idleNs_[static_cast<int>(why)].load(std::memory_order_relaxed);
+  }
 
   // At exit, with CUDASIM_VERBOSE=1: what was timed, and the overruns.
   void report() const;
@@ -65,6 +77,7 @@ class Timing {
   std::atomic<int64_t> overrunNs_{0};
   std::atomic<int64_t> overrunByEngineNs_[4] = {};
   std::atomic<int64_t> busyNs_[4] = {};
+  std::atomic<int64_t> idleNs_[3] = {};  // the compute engine's, by ReadyBy
 };
 
 Timing& timing();
