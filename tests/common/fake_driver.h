@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,12 @@ struct FakeDriverLog {
   std::vector<std::pair<CUstream, CUevent>> waited;    // cuStreamWaitEvent
   std::vector<CUdeviceptr> copiedOut;                  // sources of device-to-host copies
   std::vector<CUdeviceptr> copiedIn;                   // destinations of host-to-device copies
+  // Addresses mapped since recording began. As a driver does, mapping where a mapping is
+  // already fails (CUDA_ERROR_INVALID_VALUE) and is counted; so is unmapping what is mapped no
+  // more (an address mapped before recording began is not known, and passes).
+  std::set<CUdeviceptr> mapped;
+  std::set<CUdeviceptr> unmapped;
+  uint64_t badMappings = 0;
   // Called at each cuEventRecord, after it is noted: lets a test make another thread act at
   // that very moment (as a real one may, between two of the shim's driver calls).
   std::function<void(CUstream)> onEventRecord;
@@ -50,6 +57,9 @@ struct FakeDriverLog {
     waited.clear();
     copiedOut.clear();
     copiedIn.clear();
+    mapped.clear();
+    unmapped.clear();
+    badMappings = 0;
     onEventRecord = nullptr;
     eventTimeMs = nullptr;
   }
@@ -90,11 +100,31 @@ inline CUresult create(CUmemGenericAllocationHandle* handle, size_t, const CUmem
   return CUDA_SUCCESS;
 }
 inline CUresult release(CUmemGenericAllocationHandle) { count(); return CUDA_SUCCESS; }
-inline CUresult map(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) {
+inline CUresult map(CUdeviceptr address, size_t, size_t, CUmemGenericAllocationHandle,
+                    unsigned long long) {
   count();
+  FakeDriverLog& log = fakeDriverLog();
+  if (!log.recording) return CUDA_SUCCESS;
+  std::lock_guard lock(log.mutex);
+  if (!log.mapped.insert(address).second) {
+    ++log.badMappings;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  log.unmapped.erase(address);
   return CUDA_SUCCESS;
 }
-inline CUresult unmap(CUdeviceptr, size_t) { count(); return CUDA_SUCCESS; }
+inline CUresult unmap(CUdeviceptr address, size_t) {
+  count();
+  FakeDriverLog& log = fakeDriverLog();
+  if (!log.recording) return CUDA_SUCCESS;
+  std::lock_guard lock(log.mutex);
+  log.mapped.erase(address);
+  if (!log.unmapped.insert(address).second) {
+    ++log.badMappings;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
 inline CUresult setAccess(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) { count(); return CUDA_SUCCESS; }
 inline CUresult hostAlloc(void** host, size_t bytes, unsigned) {
   count();
