@@ -447,8 +447,10 @@ TEST(ResidencyCosts, WhatTheLinkGivesEachWayIsMeasuredFromTheCopiesTimed) {
 
 TEST(ResidencyCosts, TheLinkIsProbedOnceWhenMemoryFirstRunsShortBeforeAnyCopyIsTimed) {
   // Before anything is swapped the policy would price every swap, and plan, by its 12 GB/s
-  // seed. The first shortage copies a few MiB in and out, once; the fake device takes 1 ms
-  // per copy.
+  // seed. The first shortage copies a few MiB in and out, once, timed; the fake device takes
+  // 1 ms per copy. The probe's memory is written once before its timing begins: a fresh
+  // handle's first write is not the link (on cudasim its page faults made a run that only
+  // dropped price every swap 4.5 times too high).
   for (int shortages : {1, 3}) {
     auto owned = std::make_unique<policy::LruPolicy>(policy::PolicyConfig{});
     const policy::Policy* policy = owned.get();
@@ -456,6 +458,10 @@ TEST(ResidencyCosts, TheLinkIsProbedOnceWhenMemoryFirstRunsShortBeforeAnyCopyIsT
     Residency& r = *residency;
     const std::vector<CUdeviceptr> b = allocate(r, 4);
     fakeDriverLog().reset(true);
+    std::vector<uint64_t> copiesInAtRecord;
+    fakeDriverLog().onEventRecord = [&](CUstream) {
+      copiesInAtRecord.push_back(fakeDriverLog().copiesIn.load());
+    };
     ASSERT_EQ(policy->costs().bytesPerNs(policy::Direction::kHostToDevice), 12.0);
     for (int i = 0; i < shortages; ++i) {
       CUdeviceptr more = 0;
@@ -463,7 +469,9 @@ TEST(ResidencyCosts, TheLinkIsProbedOnceWhenMemoryFirstRunsShortBeforeAnyCopyIsT
       ASSERT_EQ(prepare(r, kStream, {more}), CUDA_SUCCESS);  // reads what the device timed
       r.releaseHeld();
     }
-    EXPECT_EQ(fakeDriverLog().copiesIn, 1u) << "one probe in, and nothing restored";
+    EXPECT_EQ(fakeDriverLog().copiesIn, 2u) << "the probe's memory written, one probe in, and nothing restored";
+    ASSERT_FALSE(copiesInAtRecord.empty());
+    EXPECT_EQ(copiesInAtRecord.front(), 1u) << "the probe's timing began before its memory was written";
     const uint64_t copiesOut = fakeDriverLog().copiesOut;
     EXPECT_EQ(copiesOut, 1u + static_cast<uint64_t>(r.stats().evictions)) << "one probe out, and the evictions'";
     const double probed = static_cast<double>(8ull << 20) / 1e6;  // 8 MiB in 1 ms
