@@ -1,6 +1,7 @@
 // A fake CUDA driver for the residency manager (shim/real_api.h's DriverApi): every entry point
-// the manager calls succeeds at once and does nothing, addresses and handles are made up
-// (2 MiB granules, each reservation followed by a gap), and what matters to the launch path's
+// the manager calls succeeds at once and does nothing (but, while recording, a mapping where one
+// is and an unmap of what is not mapped fail, as a driver's do), addresses and handles are made
+// up (2 MiB granules, each reservation followed by a gap), and what matters to the launch path's
 // rules is counted: every call, the events recorded and waited for, the addresses copied out
 // and back. Used by the residency unit tests (tests/shim/residency_test.cpp) and by
 // bench/shim_bench, where only the counters run (recording is off by default).

@@ -217,6 +217,7 @@ TEST(ResidencyEvictionInFlight, UnregisteringABufferWhoseSwapIsInFlightLetsTheSw
     r->releaseHeld();
     EXPECT_EQ(r->stats().restores, restores + 1);
     EXPECT_EQ(r->isDropped(leaving), 0);
+    EXPECT_EQ(fakeDriverLog().badMappings, 0u) << "restored where its old mapping still was";
   }
 }
 
@@ -510,6 +511,7 @@ TEST(ResidencyQuarantine, WhenShortAFreedBuffersMemoryGoesToTheNextAllocationAft
   EXPECT_TRUE(std::any_of(waited.begin(), waited.end(),
                           [&](const auto& w) { return w.first == other && w.second == after; }))
       << "the new buffer's first use on another stream did not wait for the freed one's last";
+  EXPECT_EQ(fakeDriverLog().badMappings, 0u) << "mapped where a mapping was";
   fakeDriverLog().eventsPending = false;
   // Not short: a free's memory waits in quarantine, nothing is taken over.
   auto roomy = residencyFor(64 * kBuffer);
