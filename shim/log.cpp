@@ -55,4 +55,6 @@ void logVerbose(int level, const char* format, ...) {
 
 void setVerbosity(int level) { gVerbosity.store(level, std::memory_order_relaxed); }
 
+int verbosity() { return gVerbosity.load(std::memory_order_relaxed); }
+
 }  // namespace delta::shim

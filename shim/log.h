@@ -13,6 +13,8 @@ void logLine(const char* format, ...) __attribute__((format(printf, 1, 2)));
 // Printed when DELTA_VERBOSE >= level.
 void logVerbose(int level, const char* format, ...) __attribute__((format(printf, 2, 3)));
 void setVerbosity(int level);
+// DELTA_VERBOSE's level: to skip building what only a verbose line prints.
+int verbosity();
 
 // Prints a warning the first time only; `once` is the caller's static flag.
 #define DELTA_WARN_ONCE(...)                                          \

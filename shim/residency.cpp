@@ -1333,10 +1333,12 @@ void Residency::deliverPlan(int64_t now) {
   const std::string name = plan.planned ? plan.name() : std::string("none");
   snprintf(stats_.planName, sizeof stats_.planName, "%s", name.c_str());
   stats_.planPredictedNs = plan.planned ? plan.chosenNs() : -1;
-  logVerbose(2, "plan for the iteration learned (%u launches): %s, predicted %.3f ms per iteration; "
-             "%.3f s on the planner thread; every candidate: %s",
-             plannedLaunches_, name.c_str(), plan.planned ? plan.chosenNs() / 1e6 : 0.0, planningNs / 1e9,
-             plan.planned ? plan.predictions().c_str() : "none replayed");
+  // Delivered at a launch: every candidate's prediction is put into words only when printed.
+  if (verbosity() >= 2)
+    logVerbose(2, "plan for the iteration learned (%u launches): %s, predicted %.3f ms per "
+               "iteration; %.3f s on the planner thread; every candidate: %s",
+               plannedLaunches_, name.c_str(), plan.planned ? plan.chosenNs() / 1e6 : 0.0,
+               planningNs / 1e9, plan.planned ? plan.predictions().c_str() : "none replayed");
   if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed)) {
     trace::PlanRecord record;
     record.time_ns = static_cast<uint64_t>(now);

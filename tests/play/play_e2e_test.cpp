@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -246,9 +247,12 @@ TEST(DeltaPlay, DeltaPlansOffTheLaunchPathAndSaysWhat) {
       ASSERT_EQ(unplanned.status, 0) << unplanned.err;
       EXPECT_EQ(unplanned.stat("plans"), 0u) << unplanned.err;
       EXPECT_EQ(summary(unplanned)["tokens"], summary(plain)["tokens"]);
-      Outcome shimmed = run(argv, underShim({"DELTA_BUDGET=" + budget, "DELTA_POLICY=delta", "DELTA_PLAN=1",
-                                             "DELTA_TRACE=" + recorded, "DELTA_TRACE_OVERWRITE=1",
-                                             "CUDASIM_DEVICE_MEMORY=16G"}));
+      // DELTA_VERBOSE=2: each plan is also printed with every candidate's prediction.
+      std::vector<std::string> planEnv = underShim({"DELTA_BUDGET=" + budget, "DELTA_POLICY=delta", "DELTA_PLAN=1",
+                                                    "DELTA_TRACE=" + recorded, "DELTA_TRACE_OVERWRITE=1",
+                                                    "CUDASIM_DEVICE_MEMORY=16G"});
+      std::replace(planEnv.begin(), planEnv.end(), std::string("DELTA_VERBOSE=1"), std::string("DELTA_VERBOSE=2"));
+      Outcome shimmed = run(argv, planEnv);
       ASSERT_EQ(shimmed.status, 0) << shimmed.out << shimmed.err;
       EXPECT_EQ(summary(shimmed)["tokens"], summary(plain)["tokens"]);
       const unsigned long long plans = shimmed.stat("plans");
@@ -263,6 +267,10 @@ TEST(DeltaPlay, DeltaPlansOffTheLaunchPathAndSaysWhat) {
       if (planName[1] != "none") {
         EXPECT_NE(described.out.find("last: " + planName[1].str() + " for "), std::string::npos)
             << described.out << shimmed.err;
+        // The chosen one among the candidates, with its predicted time.
+        // (Plan names are letters, '-' and '/': nothing a regex reads specially.)
+        const std::regex candidates("every candidate: .*" + planName[1].str() + " [0-9.]+ ms");
+        EXPECT_TRUE(std::regex_search(shimmed.err, candidates)) << shimmed.err;
       }
       // A program that does not mark its iterations keeps its tokens too. (What delta finds as
       // iterations then is not checked: on these shapes a launch's buffers get other ids from

@@ -49,14 +49,10 @@ class Timing {
   // against that cause (CUDASIM_VERBOSE=1), which tells a device starved by a host that fell
   // behind from one waiting for copies.
   int64_t finish(Engine engine, int64_t readyNs, int64_t hostStartNs, int64_t durationNs,
-                 ReadyBy readyBy = ReadyBy::kSubmission);
+                 ReadyBy readyBy);
 
   // Timed items whose host work outlasted their modeled time, so far.
   uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
-  // Modeled time the compute engine stood idle before an item ready only then, for `why`.
-  int64_t computeIdleNs(ReadyBy why) const {
-    return idleNs_[static_cast<int>(why)].load(std::memory_order_relaxed);
-  }
 
   // At exit, with CUDASIM_VERBOSE=1: what was timed, and the overruns.
   void report() const;
