@@ -57,7 +57,10 @@ std::int64_t Simulator::transferNs(Direction dir, std::uint64_t bytes) const {
 
 void Simulator::reset() {
   bufs_.assign(workload_.buffers.size(), Buf{});
-  for (std::size_t i = 0; i < bufs_.size(); ++i) bufs_[i].bytes = workload_.buffers[i].bytes;
+  for (BufferId i = 0; i < bufs_.size(); ++i) {
+    bufs_[i].bytes = workload_.buffers[i].bytes;
+    bufs_[i].copy_bytes = workload_.copyBytes(i);
+  }
   pending_out_.clear();
   keep_.clear();
   used_ = 0;
@@ -256,29 +259,29 @@ void Simulator::evict(const Victim& victim, std::int64_t now) {
     return;
   }
   const std::int64_t start = std::max({now, t_d2h_, b.last_use_end});
-  const std::int64_t end = start + transferNs(Direction::kDeviceToHost, b.bytes);
+  const std::int64_t end = start + transferNs(Direction::kDeviceToHost, b.copy_bytes);
   t_d2h_ = end;
   b.state = State::kSwappingOut;
   b.ready_ns = end;
   pending_out_.push_back({victim.id, ++b.out_seq, end});
   pending_out_bytes_ += b.bytes;
-  r_.d2h_bytes += b.bytes;
+  r_.d2h_bytes += b.copy_bytes;
   ++r_.swaps;
   policy_->onEvicted(victim.id, Action::kSwap);
-  policy_->onCopyMeasured(Direction::kDeviceToHost, b.bytes, end - start);
+  policy_->onCopyMeasured(Direction::kDeviceToHost, b.copy_bytes, end - start);
 }
 
 std::int64_t Simulator::startRestore(BufferId id, std::int64_t now) {
   Buf& b = bufs_[id];
   const std::int64_t start = std::max(now, t_h2d_);
-  const std::int64_t end = start + transferNs(Direction::kHostToDevice, b.bytes);
+  const std::int64_t end = start + transferNs(Direction::kHostToDevice, b.copy_bytes);
   t_h2d_ = end;
   b.state = State::kSwappingIn;
   b.ready_ns = end;
   addUsed(b.bytes);
-  r_.h2d_bytes += b.bytes;
+  r_.h2d_bytes += b.copy_bytes;
   policy_->onRestored(id, now);
-  policy_->onCopyMeasured(Direction::kHostToDevice, b.bytes, end - start);
+  policy_->onCopyMeasured(Direction::kHostToDevice, b.copy_bytes, end - start);
   return end;
 }
 

@@ -5,7 +5,8 @@
 // Model, in short (docs/policy.md has the long form):
 // - Decisions happen at op boundaries, at the time the previous op ends on the compute stream.
 // - An op needs its working set resident; memory for its allocations and restores must fit the
-//   budget. A swap frees memory when its copy out ends; a drop frees it at once.
+//   budget. A swap frees memory when its copy out ends; a drop frees it at once. Copies move a
+//   buffer's copy_bytes (the bytes it holds, where its memory is rounded up to whole granules).
 // - A dropped buffer is recomputed on the compute stream by re-running its producer op (its whole
 //   time, even for one of several results), after making that op's inputs resident (restoring or
 //   recomputing them, recursively). Inputs that the program frees while a dependent is dropped
@@ -82,6 +83,7 @@ class Simulator {
   enum class State : std::uint8_t { kAbsent, kResident, kSwappingOut, kSwapped, kSwappingIn, kDropped };
   struct Buf {
     std::uint64_t bytes = 0;
+    std::uint64_t copy_bytes = 0;  // what its copies move (Workload::copyBytes)
     std::int64_t ready_ns = 0;     // kSwappingIn: data ready; kSwappingOut: memory free
     std::int64_t last_use_end = 0;
     std::uint32_t holders = 0;     // dropped buffers whose recompute needs this one

@@ -75,6 +75,7 @@ Workload Workload::scaled(double factor) const {
   for (WorkloadBuffer& b : w.buffers) {
     if (!b.persistent && b.scales_with_batch) {
       b.bytes = static_cast<std::uint64_t>(std::llround(static_cast<double>(b.bytes) * factor));
+      b.copy_bytes = static_cast<std::uint64_t>(std::llround(static_cast<double>(b.copy_bytes) * factor));
     }
     // A recompute re-runs the producer: it grows as the producer's time does.
     const bool producer_scales =

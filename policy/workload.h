@@ -24,6 +24,9 @@ struct WorkloadBuffer {
   // Whether scaled() grows it with the batch (persistent buffers never grow). Importers that
   // know shapes clear it for what the batch does not size (gradients, optimizer state).
   bool scales_with_batch = true;
+  // What a swap moves over the link, when it is less than the memory the buffer takes (the shim
+  // maps whole granules and copies the buffer's own bytes); 0: `bytes`.
+  std::uint64_t copy_bytes = 0;
 };
 
 struct WorkloadOp {
@@ -46,6 +49,11 @@ struct Workload {
   std::vector<WorkloadOp> ops;
 
   std::int64_t computeNs() const;
+  // What a copy of buffer `id` moves: its copy_bytes where set and smaller, else its bytes.
+  std::uint64_t copyBytes(BufferId id) const {
+    const WorkloadBuffer& b = buffers[id];
+    return b.copy_bytes > 0 && b.copy_bytes < b.bytes ? b.copy_bytes : b.bytes;
+  }
   // Peak bytes with unlimited memory: persistent buffers plus the most live at any op.
   std::uint64_t peakBytes() const;
   // Empty when consistent; else the first problem (use before alloc, double free, ...).

@@ -150,8 +150,8 @@ ExactBound exactBound(const Workload& w, std::uint64_t budget_bytes, double h2d_
   };
   for (int b = 0; b < nb; ++b) {
     if (first[b] == kNone) continue;
-    const double out_us = transfer_us(w.buffers[b].bytes, d2h_gbps);
-    const double in_us = transfer_us(w.buffers[b].bytes, h2d_gbps);
+    const double out_us = transfer_us(w.copyBytes(static_cast<BufferId>(b)), d2h_gbps);
+    const double in_us = transfer_us(w.copyBytes(static_cast<BufferId>(b)), h2d_gbps);
     const double rc_us = w.buffers[b].recompute_ns > 0 ? static_cast<double>(w.buffers[b].recompute_ns) * kUs : 0;
     int last_use = kNone;
     for (int i = first[b]; i <= last[b]; ++i) {

@@ -88,6 +88,8 @@ policy::Workload asManagedByShim(const policy::Workload& played, bool recompute,
   }
   const std::uint64_t granule = std::max<std::uint64_t>(shim.granule, 1);
   for (policy::WorkloadBuffer& b : out.buffers) {
+    // The link carries the buffer's own bytes, the budget counts the granules it takes.
+    b.copy_bytes = b.bytes < shim.min_bytes ? 0 : b.bytes;
     b.bytes = b.bytes < shim.min_bytes ? 0 : (b.bytes + granule - 1) / granule * granule;
   }
   return out;

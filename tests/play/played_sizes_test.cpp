@@ -58,6 +58,10 @@ TEST(PlayedSizes, BelowTheThresholdOutOfTheBudgetTheRestInWholeGranules) {
   EXPECT_EQ(w.buffers[small].bytes, 0u);  // unmanaged: never counted, never moved
   EXPECT_EQ(w.buffers[exact].bytes, 2 * kMiB);
   EXPECT_EQ(w.buffers[odd].bytes, 6 * kMiB);
+  // The link carries what the shim copies, the buffer's own bytes, not the granules it maps.
+  EXPECT_EQ(w.buffers[small].copy_bytes, 0u);
+  EXPECT_EQ(w.buffers[exact].copy_bytes, kMiB);
+  EXPECT_EQ(w.buffers[odd].copy_bytes, 5 * kMiB + 1);
 }
 
 TEST(PlayedSizes, WithoutRecomputeEveryBufferIsFreedWhereTheProgramFreesIt) {

@@ -151,6 +151,52 @@ TEST(Simulator, SwapMustWin) {
   EXPECT_GT(rc.overhead_pct, 10.0);
 }
 
+// A buffer that takes more memory than it holds (whole granules of a mapping) moves only what it
+// holds: the copies take its copy_bytes' time and count those bytes, the budget counts the rest.
+TEST(Simulator, ACopyMovesTheBuffersOwnBytesNotTheMemoryItTakes) {
+  for (const std::uint64_t held : {std::uint64_t{24} * kMiB, std::uint64_t{40} * kMiB, std::uint64_t{63} * kMiB}) {
+    for (const double gbps : {1.0, 12.0}) {
+      Workload full = swapWins();
+      Workload rounded = swapWins();
+      for (WorkloadBuffer& b : rounded.buffers) b.copy_bytes = b.bytes * held / (64 * kMiB);
+      SimOptions o;
+      o.h2d_gbps = o.d2h_gbps = gbps;
+      o.budget_bytes = full.peakBytes() - 64 * kMiB;
+      const SimResult a = replay(full, "swap-only", o);
+      const SimResult b = replay(rounded, "swap-only", o);
+      ASSERT_GT(a.swaps, 0u);
+      EXPECT_EQ(b.peak_bytes, a.peak_bytes);  // the budget sees the same memory
+      EXPECT_EQ(b.swaps, a.swaps);
+      EXPECT_LT(b.d2h_bytes, a.d2h_bytes);
+      EXPECT_EQ(b.d2h_bytes * (64 * kMiB), a.d2h_bytes * held) << held << " " << gbps;
+    }
+  }
+}
+
+// One buffer forced out and back in full view: the wait is both copies of what it holds.
+TEST(Simulator, ASwapWaitsForTheBytesItCopies) {
+  for (const std::uint64_t held : {std::uint64_t{1} * kMiB, std::uint64_t{16} * kMiB, std::uint64_t{64} * kMiB}) {
+    WorkloadBuilder b;
+    const BufferId a = b.op("make_a", 1'000'000, {}, {64 * kMiB}, {}, false)[0];
+    const BufferId t = b.op("make_t", 1'000'000, {}, {64 * kMiB}, {}, false)[0];
+    b.free(t);
+    b.op("use_a", 1'000'000, {a});
+    b.free(a);
+    Workload w = b.take();
+    w.buffers[a].copy_bytes = held;
+    SimOptions o;
+    o.h2d_gbps = o.d2h_gbps = 1.0;  // a byte a nanosecond
+    o.iterations = 1;
+    o.warmup = 0;
+    o.budget_bytes = 64 * kMiB;
+    const SimResult r = replay(w, "lru", o);
+    EXPECT_EQ(r.over_budget_ops, 0u);
+    EXPECT_EQ(r.d2h_bytes, held);
+    EXPECT_EQ(r.h2d_bytes, held);
+    EXPECT_EQ(r.stall_ns, 2 * static_cast<std::int64_t>(held)) << held;
+  }
+}
+
 TEST(Simulator, RecomputeMustWin) {
   const Workload w = recomputeWins();
   SimOptions o;
