@@ -175,7 +175,7 @@ double OracleRulePolicy::recomputeNs(BufferId id, int depth) const {
     if (s.evicted_by == Action::kRecompute && s.recompute_ns != kUnknownNs) {
       ns += depth > 0 ? recomputeNs(in, depth - 1) : static_cast<double>(s.recompute_ns);
     } else {
-      ns += static_cast<double>(costs_.transferNs(Direction::kHostToDevice, workload_.copyBytes(in)));
+      ns += static_cast<double>(costs_.transferNs(Direction::kHostToDevice, s.bytes));
     }
   }
   return ns;
@@ -196,9 +196,8 @@ Policy::Rating OracleRulePolicy::rate(BufferId id, const BufferState& state, con
   // Swap: the wait for the copy out when the memory is needed now (or beyond the window when
   // asked ahead), and the part of the copy back that cannot end before the next use.
   const auto now = static_cast<double>(request.now_ns);
-  // The copies move what the buffer holds (less than its memory where that is rounded up).
-  const auto out_ns = static_cast<double>(costs_.transferNs(Direction::kDeviceToHost, workload_.copyBytes(id)));
-  const auto in_ns = static_cast<double>(costs_.transferNs(Direction::kHostToDevice, workload_.copyBytes(id)));
+  const auto out_ns = static_cast<double>(costs_.transferNs(Direction::kDeviceToHost, state.bytes));
+  const auto in_ns = static_cast<double>(costs_.transferNs(Direction::kHostToDevice, state.bytes));
   const double out_end = std::max(now, static_cast<double>(request.d2h_busy_until_ns)) + out_ns;
   const double needed_at = request.urgent ? now : now + static_cast<double>(request.not_before_ns);
   double swap = std::max(0.0, out_end - needed_at) + kLinkLoad * out_ns;
