@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "shim/code_address.h"
 #include "shim/log.h"
 #include "shim/reentry_guard.h"
 
@@ -133,7 +134,7 @@ struct Context {
   ParamLayoutCache layouts;
   decltype(&::cudaGetFuncBySymbol) getFuncBySymbol = nullptr;
   std::mutex symbolMutex;
-  std::unordered_map<const void*, CUfunction> functionsBySymbol;
+  std::unordered_map<const void*, LaunchTarget> targetsBySymbol;
   uint64_t generation = 0;  // set when made: tells its answers in the threads' caches apart
 };
 Context* gContext = nullptr;
@@ -144,51 +145,81 @@ thread_local bool tPreparedByInterposer = false;
 thread_local std::vector<uint32_t> tOpenCalls;
 thread_local std::vector<uint64_t> tCandidates;
 
-// The function a runtime launch's symbol (a host stub) stands for. Every runtime launch asks,
-// so each thread keeps the answers it got in a small direct-mapped cache: no lock unless the
-// symbol is new to the thread. A context's answers never change.
-struct CachedFunction {
+// What a runtime launch's `func` stands for: a host stub the runtime maps to a function, or a
+// kernel handle (cudaKernel_t) passed in its place, as CUDA 13's <<<>>> does (seen on an H200:
+// CUPTI reports those launches as cudaLaunchKernel, `func` the handle). Every runtime launch
+// asks, so each thread keeps the answers it got in a small direct-mapped cache: no lock unless
+// the pointer is new to the thread. A context's answers never change.
+struct CachedTarget {
   uint64_t generation;  // the Context's; 0 (never a Context's) in a thread's fresh cache
   const void* symbol;
-  CUfunction function;
+  LaunchTarget target;
 };
-constexpr size_t kFunctionSlots = 64;
-thread_local CachedFunction tFunctions[kFunctionSlots];
+constexpr size_t kTargetSlots = 64;
+thread_local CachedTarget tTargets[kTargetSlots];
 std::atomic<uint64_t> gContextGenerations{0};
 
-CUfunction lookupFunctionLocked(const void* symbol);
+LaunchTarget lookupTargetLocked(const void* symbol, const char* name);
 
-CUfunction functionForSymbol(const void* symbol) {
+LaunchTarget targetForSymbol(const void* symbol, const char* name = nullptr) {
   Context& c = *gContext;
-  CachedFunction& slot = tFunctions[(reinterpret_cast<uintptr_t>(symbol) >> 4) % kFunctionSlots];
-  if (slot.generation == c.generation && slot.symbol == symbol) [[likely]] return slot.function;
-  const CUfunction function = lookupFunctionLocked(symbol);
-  slot = CachedFunction{c.generation, symbol, function};
-  return function;
+  CachedTarget& slot = tTargets[(reinterpret_cast<uintptr_t>(symbol) >> 4) % kTargetSlots];
+  if (slot.generation == c.generation && slot.symbol == symbol) [[likely]] return slot.target;
+  const LaunchTarget target = lookupTargetLocked(symbol, name);
+  slot = CachedTarget{c.generation, symbol, target};
+  return target;
 }
 
-CUfunction lookupFunctionLocked(const void* symbol) {
+// A pointer the runtime does not know as a stub is a kernel handle if it is data and the
+// driver describes it as a kernel. Code is a stub of another runtime instance (a library
+// linking the runtime statically): never handed to the driver, which does not check handles.
+bool isKernelHandle(const void* pointer) {
+  if (isCodeOrUnknownAddress(pointer)) return false;
+  size_t offset = 0, size = 0;
+  const CUresult described = gContext->api->cuKernelGetParamInfo(
+      static_cast<CUkernel>(const_cast<void*>(pointer)), 0, &offset, &size);
+  return described == CUDA_SUCCESS || described == CUDA_ERROR_INVALID_VALUE;  // no parameters
+}
+
+LaunchTarget lookupTargetLocked(const void* symbol, const char* name) {
   Context& c = *gContext;
   std::lock_guard lock(c.symbolMutex);
-  auto [it, inserted] = c.functionsBySymbol.try_emplace(symbol, nullptr);
-  if (inserted && c.getFuncBySymbol != nullptr) {
-    cudaFunction_t function = nullptr;
-    ReentryGuard guard;
-    if (c.getFuncBySymbol(&function, symbol) == cudaSuccess)
-      it->second = reinterpret_cast<CUfunction>(function);
+  auto [it, inserted] = c.targetsBySymbol.try_emplace(symbol);
+  if (!inserted || c.getFuncBySymbol == nullptr) return it->second;
+  const RuntimeApi& runtime = runtimeApi();
+  cudaFunction_t function = nullptr;
+  ReentryGuard guard;
+  const cudaError_t before =
+      runtime.cudaPeekAtLastError ? runtime.cudaPeekAtLastError() : cudaSuccess;
+  const cudaError_t found = c.getFuncBySymbol(&function, symbol);
+  if (found == cudaSuccess) {
+    it->second = LaunchTarget::function(reinterpret_cast<CUfunction>(function));
+    return it->second;
+  }
+  // The failed lookup is the shim's, not the program's: a program that reads cudaGetLastError
+  // after each launch (PyTorch does) must not find it there. An error the program had not yet
+  // read stays.
+  if (before == cudaSuccess && runtime.cudaGetLastError) runtime.cudaGetLastError();
+  if (isKernelHandle(symbol)) {
+    it->second = LaunchTarget::kernel(static_cast<CUkernel>(const_cast<void*>(symbol)));
+  } else {
+    logVerbose(1, "launches of %s cannot be analysed: %p is neither a kernel handle nor a "
+               "symbol this runtime knows (cudaGetFuncBySymbol: error %d); each brings every "
+               "buffer back",
+               name ? name : "a kernel", symbol, static_cast<int>(found));
   }
   return it->second;
 }
 
-CUresult launch(CUfunction function, CUstream stream, bool perThread, void** params,
+CUresult launch(LaunchTarget target, CUstream stream, bool perThread, void** params,
                 void** extra, const char* name, const uint32_t grid[3] = nullptr,
                 const uint32_t block[3] = nullptr) {
   Context& c = *gContext;
-  if (function == nullptr) {
+  if (!target) {
     c.residency->prepareEverything(stream, perThread);
     return CUDA_SUCCESS;
   }
-  const ParamLayout& layout = c.layouts.layout(*c.api, function);
+  const ParamLayout& layout = c.layouts.layout(*c.api, target);
   tCandidates.clear();
   if (!scanParams(layout, params, extra, [](uint64_t value) { tCandidates.push_back(value); })) {
     c.residency->prepareEverything(stream, perThread);
@@ -306,25 +337,26 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data, CUpti_Cal
       auto& a = as<cuLaunchKernel_params>(p);
       const uint32_t grid[3] = {a.gridDimX, a.gridDimY, a.gridDimZ};
       const uint32_t block[3] = {a.blockDimX, a.blockDimY, a.blockDimZ};
-      launch(a.f, a.hStream, perThread, a.kernelParams, a.extra, name, grid, block);
+      launch(LaunchTarget::function(a.f), a.hStream, perThread, a.kernelParams, a.extra, name,
+             grid, block);
       return;
     }
     case Work::kDriverLaunchEx: {
       auto& a = as<cuLaunchKernelEx_params>(p);
-      launch(a.f, a.config ? a.config->hStream : nullptr, perThread, a.kernelParams, a.extra,
-             name);
+      launch(LaunchTarget::function(a.f), a.config ? a.config->hStream : nullptr, perThread,
+             a.kernelParams, a.extra, name);
       return;
     }
     case Work::kDriverCooperative: {
       auto& a = as<cuLaunchCooperativeKernel_params>(p);
-      launch(a.f, a.hStream, perThread, a.kernelParams, nullptr, name);
+      launch(LaunchTarget::function(a.f), a.hStream, perThread, a.kernelParams, nullptr, name);
       return;
     }
     case Work::kRuntimeLaunch: {
       auto& a = as<cudaLaunchKernel_v7000_params>(p);
       const uint32_t grid[3] = {a.gridDim.x, a.gridDim.y, a.gridDim.z};
       const uint32_t block[3] = {a.blockDim.x, a.blockDim.y, a.blockDim.z};
-      launch(functionForSymbol(a.func), reinterpret_cast<CUstream>(a.stream), perThread, a.args,
+      launch(targetForSymbol(a.func, name), reinterpret_cast<CUstream>(a.stream), perThread, a.args,
              nullptr, name, grid, block);
       return;
     }
@@ -332,13 +364,13 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data, CUpti_Cal
       // __cudaLaunchKernel (CUDA 13's <<<>>>) takes a cudaKernel_t where cudaLaunchKernel
       // takes a stub; the driver describes a CUkernel's parameters through the same call.
       auto& a = as<cudaLaunchKernel_v7000_params>(p);
-      launch(reinterpret_cast<CUfunction>(const_cast<void*>(a.func)),
+      launch(LaunchTarget::kernel(static_cast<CUkernel>(const_cast<void*>(a.func))),
              reinterpret_cast<CUstream>(a.stream), perThread, a.args, nullptr, name);
       return;
     }
     case Work::kRuntimeLaunchEx: {
       auto& a = as<cudaLaunchKernelExC_v11060_params>(p);
-      launch(functionForSymbol(a.func),
+      launch(targetForSymbol(a.func, name),
              a.config ? reinterpret_cast<CUstream>(a.config->stream) : nullptr, perThread, a.args,
              nullptr, name);
       return;
@@ -523,22 +555,35 @@ std::vector<std::string> cuptiCandidates(const std::string& configured) {
 
 }  // namespace
 
-CUresult prepareKernelLaunch(CUfunction function, CUstream stream, bool perThread,
-                             void** params, void** extra) {
-  if (gContext == nullptr) return CUDA_SUCCESS;
+namespace {
+
+CUresult prepareLaunch(LaunchTarget target, CUstream stream, bool perThread, void** params,
+                       void** extra) {
   const char* name = nullptr;
-  if (function != nullptr) {
+  if (target) {
     ReentryGuard guard;
-    gContext->api->cuFuncGetName(&name, function);
+    void* handle = const_cast<void*>(target.handle);
+    if (target.kernelHandle)
+      gContext->api->cuKernelGetName(&name, static_cast<CUkernel>(handle));
+    else
+      gContext->api->cuFuncGetName(&name, static_cast<CUfunction>(handle));
   }
-  CUresult result = launch(function, stream, perThread, params, extra, name);
+  CUresult result = launch(target, stream, perThread, params, extra, name);
   if (result != CUDA_SUCCESS) gContext->residency->releaseHeld();  // no scope will follow
   return result;
 }
 
+}  // namespace
+
+CUresult prepareKernelLaunch(CUfunction function, CUstream stream, bool perThread,
+                             void** params, void** extra) {
+  if (gContext == nullptr) return CUDA_SUCCESS;
+  return prepareLaunch(LaunchTarget::function(function), stream, perThread, params, extra);
+}
+
 CUresult prepareRuntimeLaunch(const void* symbol, CUstream stream, bool perThread, void** args) {
   if (gContext == nullptr) return CUDA_SUCCESS;
-  return prepareKernelLaunch(functionForSymbol(symbol), stream, perThread, args, nullptr);
+  return prepareLaunch(targetForSymbol(symbol), stream, perThread, args, nullptr);
 }
 
 bool launchAlreadyPrepared() { return tPreparedByInterposer; }

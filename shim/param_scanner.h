@@ -1,7 +1,7 @@
 // Finds the values in a launch's parameters that may be device pointers. Each parameter is
 // read at 8-byte steps from its start, so pointers inside by-value structs are seen too
 // (their members are naturally aligned). The layout of a kernel's parameters comes from
-// cuFuncGetParamInfo once per kernel and is cached. Pointers stored in device memory are
+// cuFuncGetParamInfo (cuKernelGetParamInfo for a kernel handle) once per kernel and is cached. Pointers stored in device memory are
 // not visible here (the residency manager links them through host-to-device copies).
 #pragma once
 
@@ -22,6 +22,18 @@ struct ParamLayout {
   std::vector<uint32_t> sizes;
 };
 
+// What a launch names: a function, or a kernel handle (a CUkernel: CUDA 13's <<<>>> launches
+// pass the runtime one, which the runtime cannot map to a function before the kernel is loaded,
+// and which the driver describes through its own cuKernel* calls).
+struct LaunchTarget {
+  const void* handle = nullptr;
+  bool kernelHandle = false;
+
+  static LaunchTarget function(CUfunction f) { return {f, false}; }
+  static LaunchTarget kernel(CUkernel k) { return {k, true}; }
+  explicit operator bool() const { return handle != nullptr; }
+};
+
 // One layout per kernel, described once by the driver. Every launch asks, so each thread keeps
 // a small direct-mapped cache of the layouts it used in front of the shared map: a launch takes
 // no lock unless its kernel is new to the thread.
@@ -29,16 +41,17 @@ class ParamLayoutCache {
  public:
   ParamLayoutCache();
   // Stable reference (entries are never removed).
-  const ParamLayout& layout(const DriverApi& api, CUfunction function);
+  const ParamLayout& layout(const DriverApi& api, LaunchTarget target);
 
  private:
-  const ParamLayout& lookupLocked(const DriverApi& api, CUfunction function);
+  const ParamLayout& lookupLocked(const DriverApi& api, LaunchTarget target);
 
   // Tells this cache's entries in the per-thread caches from an earlier cache's (tests make
   // several); never 0, which is what a thread's cache starts with.
   const uint64_t generation_;
   std::mutex mutex_;
-  std::unordered_map<CUfunction, ParamLayout> layouts_;
+  // A CUfunction and a CUkernel are distinct objects: their addresses never collide.
+  std::unordered_map<const void*, ParamLayout> layouts_;
 };
 
 // Calls onValue(uint64_t) for every 8-byte-aligned 8-byte value of the parameters. Returns

@@ -80,6 +80,8 @@ const RuntimeApi& runtimeApi() {
         lookup(RTLD_NEXT, "cudaIpcCloseMemHandle"));
     found.cudaGetLastError =
         reinterpret_cast<decltype(found.cudaGetLastError)>(lookup(RTLD_NEXT, "cudaGetLastError"));
+    found.cudaPeekAtLastError = reinterpret_cast<decltype(found.cudaPeekAtLastError)>(
+        lookup(RTLD_NEXT, "cudaPeekAtLastError"));
     return found;
   }();
   return api;

@@ -37,6 +37,7 @@ F nextFunction(F& cache, const char* name) {
   X(cuMemcpyDtoHAsync_v2) X(cuStreamCreate) X(cuStreamWaitEvent) X(cuStreamSynchronize)   \
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)                 \
   X(cuEventDestroy_v2) X(cuFuncGetParamInfo) X(cuFuncGetName) X(cuIpcGetMemHandle)         \
+  X(cuKernelGetParamInfo) X(cuKernelGetName)                                               \
   X(cuCtxSynchronize) X(cuLaunchKernel) X(cuMemExportToShareableHandle)                   \
   X(cuMemImportFromShareableHandle) X(cuMemcpyDtoDAsync_v2) X(cuIpcOpenMemHandle_v2)        \
   X(cuIpcCloseMemHandle) X(cuEventElapsedTime_v2) X(cuMemGetAddressRange_v2)                 \
@@ -66,6 +67,7 @@ struct RuntimeApi {
   cudaError_t (*cudaIpcOpenMemHandle)(void**, cudaIpcMemHandle_t, unsigned int) = nullptr;
   cudaError_t (*cudaIpcCloseMemHandle)(void*) = nullptr;
   cudaError_t (*cudaGetLastError)() = nullptr;
+  cudaError_t (*cudaPeekAtLastError)() = nullptr;
 };
 const RuntimeApi& runtimeApi();
 

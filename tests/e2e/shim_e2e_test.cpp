@@ -127,6 +127,32 @@ TEST(ShimEndToEnd, EveryPolicyKeepsResultsBitExact) {
   EXPECT_GT(dtr.stat("over_budget_allocations"), 0u);
 }
 
+// CUDA 13's <<<>>> launches through a kernel handle, which CUPTI reports as a cudaLaunchKernel
+// whose `func` is the handle (seen on an H200): the runtime does not know it as a symbol. The
+// shim must still see each launch's buffers (no launch "not analysed", so nothing brought back
+// that the launch does not use), and must leave no error of its own lookups behind for the
+// program's cudaGetLastError after each launch (on the GPU, PyTorch failed its first launch
+// with "invalid device function" before this was right).
+TEST(ShimEndToEnd, LaunchesThroughKernelHandlesAreAnalysed) {
+  auto handles = [](std::vector<std::string> argv) {
+    argv.push_back("--kernel-handles");
+    return argv;
+  };
+  Outcome plain = run(handles(workload("64M")), {});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_EQ(plain.value("checksum"), baseline("64M").value("checksum"));
+  for (const char* policy : {"delta", "lru"}) {
+    SCOPED_TRACE(policy);
+    Outcome shimmed = run(handles(workload("64M")),
+                          underShim({"DELTA_BUDGET=40M", std::string("DELTA_POLICY=") + policy}));
+    expectSameResultsWithinBudget(shimmed, plain, 40 * kMiB);
+    EXPECT_GT(shimmed.stat("evictions"), 0u);
+    EXPECT_EQ(shimmed.stat("unanalysed_launches"), 0u);
+    EXPECT_EQ(shimmed.stat("over_budget_launches"), 0u);
+    EXPECT_EQ(shimmed.err.find("cannot be analysed"), std::string::npos) << shimmed.err;
+  }
+}
+
 TEST(ShimEndToEnd, RuntimeDomainCallbacksAloneAreEnough) {
   // A real driver may raise no driver-domain callback for the runtime's own driver calls.
   Outcome shimmed = run(workload("64M"),

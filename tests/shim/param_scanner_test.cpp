@@ -297,8 +297,7 @@ struct FakeKernel {
 std::map<CUfunction, FakeKernel> gKernels;
 std::map<CUfunction, int> gCalls;
 
-CUresult fakeParamInfo(CUfunction function, size_t index, size_t* offset, size_t* size) {
-  gCalls[function]++;
+CUresult describe(CUfunction function, size_t index, size_t* offset, size_t* size) {
   auto it = gKernels.find(function);
   if (it == gKernels.end()) return CUDA_ERROR_INVALID_HANDLE;
   const FakeKernel& k = it->second;
@@ -314,14 +313,32 @@ CUresult fakeParamInfo(CUfunction function, size_t index, size_t* offset, size_t
   return CUDA_SUCCESS;
 }
 
+CUresult fakeParamInfo(CUfunction function, size_t index, size_t* offset, size_t* size) {
+  gCalls[function]++;
+  return describe(function, index, offset, size);
+}
+
+// A kernel handle is described by cuKernelGetParamInfo, from the same table: the fake keys
+// both kinds by address, and counts which call was asked.
+std::map<const void*, int> gKernelCalls;
+
+CUresult fakeKernelParamInfo(CUkernel kernel, size_t index, size_t* offset, size_t* size) {
+  gKernelCalls[kernel]++;
+  return describe(reinterpret_cast<CUfunction>(kernel), index, offset, size);
+}
+
 CUfunction fn(uintptr_t id) { return reinterpret_cast<CUfunction>(id); }
+CUkernel kernelHandle(uintptr_t id) { return reinterpret_cast<CUkernel>(id); }
 
 class ParamLayoutCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
     gKernels.clear();
     gCalls.clear();
-    api_.cuFuncGetParamInfo = &fakeParamInfo;  // the only entry the cache calls
+    gKernelCalls.clear();
+    // The only entries the cache calls (the names, only for a verbose line on failure).
+    api_.cuFuncGetParamInfo = &fakeParamInfo;
+    api_.cuKernelGetParamInfo = &fakeKernelParamInfo;
   }
   DriverApi api_;
   ParamLayoutCache cache_;
@@ -347,11 +364,29 @@ TEST_F(ParamLayoutCacheTest, Layouts) {
   for (const Case& c : cases) {
     const CUfunction f = fn(id += 0x10);
     gKernels[f] = c.kernel;
-    const ParamLayout& layout = cache_.layout(api_, f);
+    const ParamLayout& layout = cache_.layout(api_, LaunchTarget::function(f));
     EXPECT_EQ(layout.known, c.known) << c.name;
     EXPECT_EQ(layout.offsets, c.offsets) << c.name;
     EXPECT_EQ(layout.sizes, c.sizes) << c.name;
   }
+}
+
+// CUDA 13's <<<>>> launches name a kernel handle, which the driver describes through
+// cuKernelGetParamInfo; handing it to cuFuncGetParamInfo is not what the driver documents.
+TEST_F(ParamLayoutCacheTest, AKernelHandleIsDescribedByTheKernelCall) {
+  gKernels[fn(0x5000)] = FakeKernel{{{0, 8}, {8, 4}, {16, 8}}};
+  const ParamLayout& layout = cache_.layout(api_, LaunchTarget::kernel(kernelHandle(0x5000)));
+  EXPECT_TRUE(layout.known);
+  EXPECT_EQ(layout.offsets, (std::vector<uint32_t>{0, 8, 16}));
+  EXPECT_EQ(layout.sizes, (std::vector<uint32_t>{8, 4, 8}));
+  EXPECT_EQ(gKernelCalls[kernelHandle(0x5000)], 4);  // three parameters, then past the last
+  EXPECT_TRUE(gCalls.empty()) << "only through cuKernelGetParamInfo";
+  // Asked again, from the cache.
+  EXPECT_EQ(&cache_.layout(api_, LaunchTarget::kernel(kernelHandle(0x5000))), &layout);
+  EXPECT_EQ(gKernelCalls[kernelHandle(0x5000)], 4);
+
+  gKernels[fn(0x6000)] = FakeKernel{{{0, 8}}, CUDA_ERROR_INVALID_HANDLE, 0};
+  EXPECT_FALSE(cache_.layout(api_, LaunchTarget::kernel(kernelHandle(0x6000))).known);
 }
 
 TEST_F(ParamLayoutCacheTest, AsksTheDriverOncePerFunction) {
@@ -359,15 +394,15 @@ TEST_F(ParamLayoutCacheTest, AsksTheDriverOncePerFunction) {
   gKernels[a] = FakeKernel{{{0, 8}, {8, 4}}};
   gKernels[b] = FakeKernel{{{0, 16}}};
   gKernels[broken] = FakeKernel{{}, CUDA_ERROR_NOT_SUPPORTED, 0};
-  const ParamLayout& first = cache_.layout(api_, a);
+  const ParamLayout& first = cache_.layout(api_, LaunchTarget::function(a));
   EXPECT_EQ(gCalls[a], 3);  // two parameters, then CUDA_ERROR_INVALID_VALUE
-  EXPECT_EQ(&cache_.layout(api_, b), &cache_.layout(api_, b));
-  EXPECT_EQ(&cache_.layout(api_, a), &first);  // the same entry, still there
+  EXPECT_EQ(&cache_.layout(api_, LaunchTarget::function(b)), &cache_.layout(api_, LaunchTarget::function(b)));
+  EXPECT_EQ(&cache_.layout(api_, LaunchTarget::function(a)), &first);  // the same entry, still there
   EXPECT_EQ(gCalls[a], 3);
   EXPECT_EQ(gCalls[b], 2);
   // An unknown layout is remembered too: the driver is not asked again on every launch.
-  EXPECT_FALSE(cache_.layout(api_, broken).known);
-  EXPECT_FALSE(cache_.layout(api_, broken).known);
+  EXPECT_FALSE(cache_.layout(api_, LaunchTarget::function(broken)).known);
+  EXPECT_FALSE(cache_.layout(api_, LaunchTarget::function(broken)).known);
   EXPECT_EQ(gCalls[broken], 1);
   EXPECT_EQ(first.sizes, (std::vector<uint32_t>{8, 4}));
 }
@@ -383,7 +418,7 @@ TEST_F(ParamLayoutCacheTest, CachedLayoutScansLaunch) {
   s.count = 1;
   s.pointer = kB;
   void* kernelParams[] = {&n, &p, &s};
-  ScanResult r = scan(cache_.layout(api_, f), kernelParams, nullptr);
+  ScanResult r = scan(cache_.layout(api_, LaunchTarget::function(f)), kernelParams, nullptr);
   EXPECT_TRUE(r.ok);
   EXPECT_EQ(r.values, (std::vector<uint64_t>{kA, 1, kB}));
 }

@@ -61,6 +61,7 @@
 #include <thread>
 #include <tuple>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -206,6 +207,34 @@ class DeviceHeap {
 
 constexpr unsigned kBlockThreads = 256;
 
+// --kernel-handles: launch as nvcc 13's <<<>>> does, through a kernel handle (cudaGetKernel once
+// per kernel, then __cudaLaunchKernel), which the runtime reports to CUPTI as a
+// cudaLaunchKernel whose `func` is the handle, not the stub.
+bool gLaunchByKernelHandle = false;
+
+}  // namespace
+extern "C" cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim,
+                                                    dim3 blockDim, void** args, size_t sharedMem,
+                                                    cudaStream_t stream);
+namespace {
+
+cudaError_t launch_by_handle(const void* kernel, dim3 grid, dim3 block, void** args,
+                             cudaStream_t stream) {
+  // One handle per kernel, asked once, as each of nvcc's stubs keeps its own.
+  static std::mutex mutex;
+  static std::unordered_map<const void*, cudaKernel_t> handles;
+  cudaKernel_t handle = nullptr;
+  {
+    std::lock_guard lock(mutex);
+    cudaKernel_t& slot = handles[kernel];
+    if (slot == nullptr) {
+      if (const cudaError_t got = cudaGetKernel(&slot, kernel); got != cudaSuccess) return got;
+    }
+    handle = slot;
+  }
+  return __cudaLaunchKernel(handle, grid, block, args, 0, stream);
+}
+
 template <typename Tuple, size_t... I>
 std::array<void*, sizeof...(I)> argument_addresses(Tuple& values, std::index_sequence<I...>) {
   return {static_cast<void*>(&std::get<I>(values))...};
@@ -229,10 +258,19 @@ void launch_kernel(DeviceHeap& heap, const std::vector<const void*>& indirect, c
   const int64_t blocks = (threads + kBlockThreads - 1) / kBlockThreads;
   const dim3 grid(static_cast<unsigned>(blocks > 0 ? blocks : 1));
   const dim3 block(kBlockThreads);
-  const cudaError_t error = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block,
-                                             addresses.data(), 0, stream);
+  const cudaError_t error =
+      gLaunchByKernelHandle
+          ? launch_by_handle(reinterpret_cast<const void*>(kernel), grid, block,
+                             addresses.data(), stream)
+          : cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block,
+                             addresses.data(), 0, stream);
   if (error != cudaSuccess) {
     cuda_failed(error, std::string("cudaLaunchKernel(") + text + ")", file, line);
+  }
+  // As frameworks do after every launch (PyTorch's C10_CUDA_KERNEL_LAUNCH_CHECK): an error
+  // left by anyone's call on this thread fails here.
+  if (const cudaError_t last = cudaGetLastError(); last != cudaSuccess) {
+    cuda_failed(last, std::string("cudaGetLastError() after ") + text, file, line);
   }
 }
 
@@ -395,11 +433,12 @@ struct Options {
   uint64_t seed = 1;
   int hidden_layers = kDefaultHiddenLayers;
   int threads = 1;
+  bool kernel_handles = false;
 };
 
 void print_usage(FILE* out) {
   std::fprintf(out,
-      "usage: %s [--peak SIZE] [--iters N] [--seed S] [--layers N] [--threads T]\n"
+      "usage: %s [--peak SIZE] [--iters N] [--seed S] [--layers N] [--threads T] [--kernel-handles]\n"
       "Trains a small MLP on the GPU through the CUDA runtime API and prints, one `key: value`\n"
       "per line, the loss of every iteration and a checksum of the final weights.\n"
       "  --peak SIZE  device memory the job's live buffers peak at; the batch is sized to fit\n"
@@ -410,6 +449,8 @@ void print_usage(FILE* out) {
       "               touches more than about a fifth of the peak\n"
       "  --threads T  host threads, 1 to %d (default 1), each training its own replica with\n"
       "               seed S + thread index and an equal share of the peak\n"
+      "  --kernel-handles  launch through kernel handles (cudaGetKernel, __cudaLaunchKernel), as\n"
+      "               nvcc 13's <<<>>> does, instead of cudaLaunchKernel with the stub\n"
       "Exit status: 0 done, 1 a CUDA call failed, 2 bad command line.\n",
       kProgram, kMaxHiddenLayers, kDefaultHiddenLayers, kMaxThreads);
 }
@@ -439,6 +480,10 @@ Options parse_options(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       print_usage(stdout);
       std::exit(0);
+    }
+    if (arg == "--kernel-handles") {
+      options.kernel_handles = true;
+      continue;
     }
     std::string_view value;
     const size_t eq = arg.find('=');
@@ -901,5 +946,6 @@ int train(const Options& options) {
 int main(int argc, char** argv) {
   g_main_thread = std::this_thread::get_id();
   const Options options = parse_options(argc, argv);
+  gLaunchByKernelHandle = options.kernel_handles;
   return train(options);
 }

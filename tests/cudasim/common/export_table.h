@@ -71,6 +71,10 @@ struct ExportTable {
   void (*kernelTime)(int64_t nanoseconds);
   // cudasimTimingOverruns: timed items whose host work outlasted their modeled time so far.
   uint64_t (*timingOverruns)();
+  // cudaGetKernel: the kernel handle of a registered symbol (CUDA_ERROR_INVALID_HANDLE if none).
+  CUresult (*kernelForSymbol)(const void* symbol, CUkernel* kernel);
+  // A launch by kernel handle: its function, loaded (CUDA_ERROR_INVALID_HANDLE: no such kernel).
+  CUresult (*functionForKernel)(CUkernel kernel, CUfunction* function);
 };
 
 }  // namespace cudasim

@@ -617,6 +617,19 @@ CUresult functionForSymbol(const void* symbol, CUfunction* function) {
   return kernels().forSymbol(symbol, function);
 }
 
+CUresult kernelForSymbol(const void* symbol, CUkernel* kernel) {
+  return kernels().kernelForSymbol(symbol, kernel);
+}
+
+// A launch through a kernel handle loads its function into the context.
+CUresult functionForKernel(CUkernel kernel, CUfunction* function) {
+  Kernel* found = kernels().findKernel(kernel);
+  if (found == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  found->function->loaded.store(true, std::memory_order_relaxed);
+  *function = reinterpret_cast<CUfunction>(found->function);
+  return CUDA_SUCCESS;
+}
+
 std::mutex gSubscriberMutex;
 std::string gSubscriberName;
 
@@ -651,7 +664,8 @@ uint64_t timingOverruns() { return timing().overruns(); }
 const ExportTable kExportTable = {sizeof(ExportTable), registerKernel,      functionForSymbol,
                                   &gCallbacks,          subscribe,           unsubscribe,
                                   setRuntimeOrigin,     setFaults,           cuptiSubscribeFails,
-                                  cuptiEnableFails,     kernelTime,          timingOverruns};
+                                  cuptiEnableFails,     kernelTime,          timingOverruns,
+                                  kernelForSymbol,      functionForKernel};
 
 }  // namespace
 
@@ -1764,6 +1778,46 @@ CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction hfunc) {
     const Function* function = kernels().find(hfunc);
     if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     *name = function->name.c_str();
+    return CUDA_SUCCESS;
+  }, name, hfunc);
+}
+
+// A CUkernel is not a CUfunction: these take the kernel handle itself, as the real driver's do.
+CUresult CUDAAPI cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
+  DRIVER_CALL(cuKernelGetFunction, nullptr, {
+    REQUIRE(ready());
+    if (pFunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const Kernel* found = kernels().findKernel(kernel);
+    if (found == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    // Lazy loading: no function in this context before the first launch (seen on an H200
+    // with driver 580: CUDA_ERROR_NOT_FOUND at the first launch's CUPTI callback).
+    if (!found->function->loaded.load(std::memory_order_relaxed)) return CUDA_ERROR_NOT_FOUND;
+    *pFunc = reinterpret_cast<CUfunction>(found->function);
+    return CUDA_SUCCESS;
+  }, pFunc, kernel);
+}
+
+CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* paramOffset,
+                                      size_t* paramSize) {
+  DRIVER_CALL(cuKernelGetParamInfo, nullptr, {
+    REQUIRE(initialized());
+    const Kernel* found = kernels().findKernel(kernel);
+    if (found == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    const Function& function = *found->function;
+    if (paramIndex >= function.sizes.size()) return CUDA_ERROR_INVALID_VALUE;
+    if (paramOffset) *paramOffset = function.offsets[paramIndex];
+    if (paramSize) *paramSize = function.sizes[paramIndex];
+    return CUDA_SUCCESS;
+  }, kernel, paramIndex, paramOffset, paramSize);
+}
+
+CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel hfunc) {
+  DRIVER_CALL(cuKernelGetName, nullptr, {
+    REQUIRE(initialized());
+    if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const Kernel* found = kernels().findKernel(hfunc);
+    if (found == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    *name = found->function->name.c_str();
     return CUDA_SUCCESS;
   }, name, hfunc);
 }

@@ -1,5 +1,8 @@
 #include "kernel_registry.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace cudasim {
 namespace {
 
@@ -27,11 +30,17 @@ void KernelRegistry::add(const void* symbol, const char* name, cudasimKernelBody
     offset += paramSizes[i];
   }
   function->packedBytes = offset;
+  const char* loading = std::getenv("CUDA_MODULE_LOADING");
+  function->loaded = loading != nullptr && std::strcmp(loading, "EAGER") == 0;
   std::lock_guard lock(mutex_);
   auto& slot = bySymbol_[symbol];
   if (slot) {
     // Re-registration replaces the definition but keeps the handle valid.
-    *slot = std::move(*function);
+    slot->name = std::move(function->name);
+    slot->body = function->body;
+    slot->sizes = std::move(function->sizes);
+    slot->offsets = std::move(function->offsets);
+    slot->packedBytes = function->packedBytes;
   } else {
     slot = std::move(function);
     byHandle_[reinterpret_cast<CUfunction>(slot.get())] = slot.get();
@@ -42,8 +51,28 @@ CUresult KernelRegistry::forSymbol(const void* symbol, CUfunction* out) {
   std::lock_guard lock(mutex_);
   auto it = bySymbol_.find(symbol);
   if (it == bySymbol_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  it->second->loaded.store(true, std::memory_order_relaxed);
   *out = reinterpret_cast<CUfunction>(it->second.get());
   return CUDA_SUCCESS;
+}
+
+CUresult KernelRegistry::kernelForSymbol(const void* symbol, CUkernel* out) {
+  std::lock_guard lock(mutex_);
+  auto function = bySymbol_.find(symbol);
+  if (function == bySymbol_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  auto& kernel = kernelBySymbol_[symbol];
+  if (!kernel) {
+    kernel = std::make_unique<Kernel>(Kernel{function->second.get()});
+    byKernel_[reinterpret_cast<CUkernel>(kernel.get())] = kernel.get();
+  }
+  *out = reinterpret_cast<CUkernel>(kernel.get());
+  return CUDA_SUCCESS;
+}
+
+Kernel* KernelRegistry::findKernel(CUkernel handle) {
+  std::lock_guard lock(mutex_);
+  auto it = byKernel_.find(handle);
+  return it == byKernel_.end() ? nullptr : it->second;
 }
 
 const Function* KernelRegistry::find(CUfunction handle) {

@@ -217,17 +217,27 @@ cudaError_t runtimeCall(CUpti_CallbackId cbid, const char* name, const void* par
 
 CUstream driverStream(cudaStream_t stream) { return reinterpret_cast<CUstream>(stream); }
 
-cudaError_t functionFor(const void* symbol, CUfunction* function) {
+// The function a kernel symbol (a host stub) stands for.
+cudaError_t functionForStub(const void* symbol, CUfunction* function) {
   if (gTable->functionForSymbol(symbol, function) != CUDA_SUCCESS)
     return cudaErrorInvalidDeviceFunction;
   return cudaSuccess;
 }
 
+// What the launch and cudaFunc* calls take: a stub, or a cudaKernel_t cast to a pointer (as
+// the real runtime documents; CUDA 13's <<<>>> launches pass one).
+cudaError_t functionFor(const void* func, CUfunction* function) {
+  if (functionForStub(func, function) == cudaSuccess) return cudaSuccess;
+  if (gTable->functionForKernel(reinterpret_cast<CUkernel>(const_cast<void*>(func)), function) ==
+      CUDA_SUCCESS)
+    return cudaSuccess;
+  return cudaErrorInvalidDeviceFunction;
+}
+
 const char* kernelNameFor(const void* symbol) {
   CUfunction function;
   const char* name = nullptr;
-  if (gTable == nullptr || gTable->functionForSymbol(symbol, &function) != CUDA_SUCCESS)
-    return nullptr;
+  if (gTable == nullptr || functionFor(symbol, &function) != cudaSuccess) return nullptr;
   gApi.cuFuncGetName(&name, function);
   return name;
 }
@@ -777,11 +787,36 @@ cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t* config, cons
                      });
 }
 
+// Stubs only: given a cudaKernel_t it fails with cudaErrorInvalidDeviceFunction, as the real
+// runtime does (seen on an H200, CUDA 13.0).
 cudaError_t CUDARTAPI cudaGetFuncBySymbol(cudaFunction_t* functionPtr, const void* symbolPtr) {
   RUNTIME_CALL(cudaGetFuncBySymbol_v11000, {
     if (functionPtr == nullptr) return cudaErrorInvalidValue;
-    return functionFor(symbolPtr, reinterpret_cast<CUfunction*>(functionPtr));
+    return functionForStub(symbolPtr, reinterpret_cast<CUfunction*>(functionPtr));
   }, functionPtr, symbolPtr);
+}
+
+cudaError_t CUDARTAPI cudaGetKernel(cudaKernel_t* kernelPtr, const void* entryFuncAddr) {
+  RUNTIME_CALL(cudaGetKernel_v12000, {
+    if (kernelPtr == nullptr) return cudaErrorInvalidValue;
+    if (gTable->kernelForSymbol(entryFuncAddr, reinterpret_cast<CUkernel*>(kernelPtr)) !=
+        CUDA_SUCCESS)
+      return cudaErrorInvalidDeviceFunction;
+    return cudaSuccess;
+  }, kernelPtr, entryFuncAddr);
+}
+
+// What nvcc 13's stubs call: once per kernel, then one launch per <<<>>>.
+cudaError_t CUDARTAPI __cudaGetKernel(cudaKernel_t* kernelPtr, const void* entryFuncAddr) {
+  return cudaGetKernel(kernelPtr, entryFuncAddr);
+}
+
+// The real runtime (13.0) reports these launches to CUPTI as cudaLaunchKernel, its `func`
+// the kernel handle (seen on an H200).
+cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+                                         void** args, size_t sharedMem, cudaStream_t stream) {
+  return cudaLaunchKernel(reinterpret_cast<const void*>(kernel), gridDim, blockDim, args,
+                          sharedMem, stream);
 }
 
 cudaError_t CUDARTAPI cudaFuncGetParamInfo(const void* func, size_t paramIndex, size_t* paramOffset,
@@ -928,6 +963,12 @@ cudaError_t CUDARTAPI cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t 
 cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim,
                                             void** args, size_t sharedMem, cudaStream_t stream) {
   PER_THREAD(cudaLaunchKernel_ptsz_v7000, cudaLaunchKernel(func, gridDim, blockDim, args, sharedMem, stream));
+}
+cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+                                              void** args, size_t sharedMem,
+                                              cudaStream_t stream) {
+  return cudaLaunchKernel_ptsz(reinterpret_cast<const void*>(kernel), gridDim, blockDim, args,
+                               sharedMem, stream);
 }
 cudaError_t CUDARTAPI cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func,
                                                void** args) {
