@@ -78,6 +78,28 @@ TEST(Recompute, CallbacksRegenerateDroppedActivationsBitExact) {
   EXPECT_GT(shimmed.stat("recompute_ns"), 0u) << "the callbacks' device time was not measured";
 }
 
+// No launch can be analysed (the driver describes no kernel's parameters, as for a statically
+// linked library's kernels): every launch "touches" every buffer, a recompute callback's launch
+// too. Such work never nests a regeneration into another (each would need every other pending
+// one first, nested again: play-e2e's LaunchesThatCannotBeAnalysed... shows where that led); it
+// takes the pending buffers' memory, and the outer regeneration fills them oldest first. The
+// results stay bit-exact either way the framework regenerates.
+TEST(Recompute, LaunchesThatCannotBeAnalysedStillRegenerateBitExact) {
+  for (const char* mode : {"callback", "framework"}) {
+    SCOPED_TRACE(mode);
+    Outcome shimmed = delta::testing::runChild(
+        workload({"--mode", mode}), underShim({"DELTA_BUDGET=20M", "CUDASIM_FAULTS=paraminfo-fail"}));
+    expectSameChecksum(shimmed);
+    EXPECT_GT(shimmed.stat("unanalysed_launches"), 0u);
+    EXPECT_EQ(shimmed.err.find("nested"), std::string::npos) << shimmed.err;
+    EXPECT_EQ(number(shimmed, "delta_recompute_failures"), 0u);
+    if (std::string(mode) == "callback") {
+      EXPECT_GT(number(shimmed, "delta_recomputes"), 0u) << shimmed.out;
+      EXPECT_EQ(number(shimmed, "nested_recomputes"), 0u) << shimmed.out;
+    }
+  }
+}
+
 TEST(Recompute, ExpensiveProducersAreSwappedInstead) {
   // The same job whose producers cost 5 s each to re-run: copying back is far cheaper, even
   // over the slow link a sanitizer's memcpy makes (the shim measures it, from the first

@@ -190,6 +190,36 @@ TEST(DeltaPlay, TheAsPlayedReplayHoldsWhatTheShimHolds) {
   }
 }
 
+// No launch can be analysed (the driver describes no kernel's parameters, as for kernels of a
+// library that links the runtime statically): each launch "touches" every buffer, and so does
+// each recompute callback's launch. Regenerations then nested into one another until the depth
+// limit failed a call and its kernel ran on unmapped memory (cudasim's illegal address; on an
+// H200, PyTorch's "an illegal memory access was encountered"). A ResNet's long chain of
+// shortcuts drops more than that limit at once. Every token must survive, at whatever cost.
+TEST(DeltaPlay, LaunchesThatCannotBeAnalysedKeepEveryTokenWithRecompute) {
+  const std::string trace = writeTemporary("");
+  Outcome made = run({gDeltaTrace, "synth", "--family", "deep-residual", "--seed", "3", "--scale",
+                      "0.05", "-o", trace});
+  ASSERT_EQ(made.status, 0) << made.err;
+  Outcome plain = run({gPlay, "--iterations", "2", "--warmup", "1", trace});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const std::string budget =
+      std::to_string(std::stoull(plain.value("played_peak_bytes")) * 30 / 100);
+  for (const char* policy : {"dtr", "delta"}) {
+    SCOPED_TRACE(policy);
+    Outcome shimmed = run({gPlay, "--recompute", "--iterations", "2", "--warmup", "1", trace},
+                          underShim({"DELTA_BUDGET=" + budget, std::string("DELTA_POLICY=") + policy,
+                                     "CUDASIM_DEVICE_MEMORY=16G", "CUDASIM_FAULTS=paraminfo-fail"}));
+    ASSERT_EQ(shimmed.status, 0) << shimmed.out << shimmed.err;
+    EXPECT_EQ(shimmed.err.find("illegal address"), std::string::npos) << shimmed.err;
+    EXPECT_EQ(shimmed.err.find("nested"), std::string::npos) << shimmed.err;
+    EXPECT_EQ(summary(shimmed)["tokens"], summary(plain)["tokens"]);
+    EXPECT_GT(shimmed.stat("unanalysed_launches"), 0u);
+    EXPECT_GT(shimmed.stat("drops"), 0u) << shimmed.err;
+  }
+  std::remove(trace.c_str());
+}
+
 // Results that are made, never read and freed: under a budget that holds two of six, the
 // shim drops them (recomputable, never used again), and the player frees each with its
 // registration. Regenerating a dropped buffer only to free it (what unregistering first did:

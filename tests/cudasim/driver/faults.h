@@ -28,6 +28,10 @@
 //   cupti-subscribe-fail        cuptiSubscribe fails with CUPTI_ERROR_NOT_INITIALIZED
 //   cupti-enable-fail           cuptiEnableCallback/Domain/AllDomains fail with
 //                               CUPTI_ERROR_NOT_INITIALIZED
+//   paraminfo-fail              cuFuncGetParamInfo and cuKernelGetParamInfo fail with
+//                               CUDA_ERROR_NOT_SUPPORTED: no kernel's parameters can be read
+//                               (as for a kernel a tool cannot describe), so no launch can be
+//                               analysed
 //
 // SIZE is a decimal byte count with an optional K, M, G or T (powers of 1024); N, K and U are
 // decimal integers. Only calls that pass the argument checks count and fail: a fault never
@@ -67,6 +71,7 @@ struct Faults {
   std::atomic<uint32_t> slowCopyUs{0};
   std::atomic<bool> cuptiSubscribeFail{false};
   std::atomic<bool> cuptiEnableFail{false};
+  std::atomic<bool> paramInfoFail{false};
 };
 
 // The plan in force: CUDASIM_FAULTS, parsed at the first call (a bad value ends the process).
