@@ -139,10 +139,17 @@ struct Context {
 };
 Context* gContext = nullptr;
 
-thread_local uint32_t tHandledCorrelation = 0;
 thread_local bool tPreparedByInterposer = false;
-// Correlation ids of the calls whose buffers are held until their API_EXIT, innermost last.
-thread_local std::vector<uint32_t> tOpenCalls;
+// The calls whose buffers are held until their API_EXIT, innermost last. The driver calls a
+// handled runtime call makes carry its correlation id, and so do calls made from inside a
+// callback (real CUPTI); only those made at the same program-call depth are the runtime's own.
+struct OpenCall {
+  uint32_t correlation;
+  CUpti_CallbackDomain domain;
+  CUpti_CallbackId cbid;
+  int programCallDepth;  // tProgramCallDepth when it was opened
+};
+thread_local std::vector<OpenCall> tOpenCalls;
 thread_local std::vector<uint64_t> tCandidates;
 
 // What a runtime launch's `func` stands for: a host stub the runtime maps to a function, or a
@@ -506,7 +513,9 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
   const auto& data = *static_cast<const CUpti_CallbackData*>(callbackData);
   if (data.callbackSite == CUPTI_API_EXIT) {
     // The work is in its stream now: its buffers may be evicted again (after it).
-    if (!tOpenCalls.empty() && tOpenCalls.back() == data.correlationId) {
+    if (!tOpenCalls.empty() && tOpenCalls.back().correlation == data.correlationId &&
+        tOpenCalls.back().domain == domain && tOpenCalls.back().cbid == cbid &&
+        tOpenCalls.back().programCallDepth == tProgramCallDepth) {
       tOpenCalls.pop_back();
       gContext->residency->releaseHeld();
     }
@@ -522,9 +531,11 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
   // A launch interposer already prepared this call (and this is one of its callbacks).
   if (tPreparedByInterposer) return;
   // The driver calls a runtime call makes carry its correlation id: handled once.
-  if (data.correlationId != 0 && data.correlationId == tHandledCorrelation) return;
-  tHandledCorrelation = data.correlationId;
-  tOpenCalls.push_back(data.correlationId);
+  if (data.correlationId != 0 && !tOpenCalls.empty() &&
+      tOpenCalls.back().correlation == data.correlationId &&
+      tOpenCalls.back().programCallDepth == tProgramCallDepth)
+    return;
+  tOpenCalls.push_back(OpenCall{data.correlationId, domain, cbid, tProgramCallDepth});
   handle(route.work, route.perThread, data, domain, cbid);
 }
 

@@ -19,4 +19,19 @@ class ReentryGuard {
 
 inline bool insideShim() { return tShimDepth > 0; }
 
+// The program's own calls made while the shim handles one of its calls: a recompute callback,
+// run while the launch that needs its buffer is prepared. Real CUPTI gives a call made inside
+// another call's callback that call's correlation id (seen on an H200), the id that otherwise
+// marks the driver calls a runtime call makes for itself, which the switchboard skips as
+// handled. Within this scope they are the program's, and handled.
+inline constinit thread_local int tProgramCallDepth = 0;
+
+class ProgramCallsScope {
+ public:
+  ProgramCallsScope() { ++tProgramCallDepth; }
+  ~ProgramCallsScope() { --tProgramCallDepth; }
+  ProgramCallsScope(const ProgramCallsScope&) = delete;
+  ProgramCallsScope& operator=(const ProgramCallsScope&) = delete;
+};
+
 }  // namespace delta::shim

@@ -73,9 +73,13 @@ CUresult Residency::runRecomputes(std::vector<RecomputeCall>& calls, CUstream st
       }
     }
     const int64_t hostStart = nowNs();
-    // Outside the lock and the reentry guard: the callback's launches are prepared like any.
-    const int status = call.hook.callback(call.hook.context, reinterpret_cast<void*>(call.address),
-                                          call.bytes, hookStream);
+    // Outside the lock and the reentry guard: the callback's launches are prepared like any,
+    // though made inside the call being prepared.
+    const int status = [&] {
+      ProgramCallsScope programCalls;
+      return call.hook.callback(call.hook.context, reinterpret_cast<void*>(call.address),
+                                call.bytes, hookStream);
+    }();
     ReentryGuard guard;
     if (start != nullptr && (api_.cuEventCreate(&end, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
                              api_.cuEventRecord(end, hookStream) != CUDA_SUCCESS)) {

@@ -280,11 +280,13 @@ TEST_F(Kernels, ReRegisteringReplacesTheBody) {
   EXPECT_EQ(v, 2);
 }
 
+// As the real runtime (portable_runtime_test's LaunchOfUnregisteredFunctionIsAnInvalidHandle):
+// a launch of an unknown pointer is a bad handle, cudaGetFuncBySymbol of it an unknown function.
 TEST_F(Kernels, UnregisteredSymbolIsInvalidDeviceFunction) {
-  EXPECT_RT_EQ(cudaErrorInvalidDeviceFunction,
+  EXPECT_RT_EQ(cudaErrorInvalidResourceHandle,
                cudaLaunchKernel(reinterpret_cast<const void*>(&never_registered_stub), dim3(1),
                                 dim3(1), nullptr, 0, nullptr));
-  EXPECT_RT_EQ(cudaErrorInvalidDeviceFunction, cudaGetLastError());
+  EXPECT_RT_EQ(cudaErrorInvalidResourceHandle, cudaGetLastError());
   cudaFunction_t f = nullptr;
   EXPECT_RT_EQ(cudaErrorInvalidDeviceFunction,
                cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(&never_registered_stub)));

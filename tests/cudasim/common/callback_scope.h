@@ -14,7 +14,8 @@ struct CallSite {
 
 // Calls `body` (returning CUresult or cudaError_t) between the two callbacks. The callback
 // runs on the calling thread, may itself call the API (and get callbacks for those calls).
-// `correlationId` 0 means: take a new one.
+// `correlationId` 0 means: the id of the call this thread is inside, else a new one. While the
+// callbacks and the body run, calls made on this thread take this call's id.
 template <class Result, class Body>
 Result invokeWithCallbacks(CallbackState& state, const CallSite& site, const void* params,
                            const char* symbolName, CUcontext context, uint32_t correlationId,
@@ -31,14 +32,18 @@ Result invokeWithCallbacks(CallbackState& state, const CallSite& site, const voi
   data.context = context;
   data.contextUid = context != nullptr ? 1 : 0;
   data.correlationData = &correlationData;
-  data.correlationId = correlationId != 0
-                           ? correlationId
-                           : state.nextCorrelationId.fetch_add(1, std::memory_order_relaxed);
+  uint32_t* active = state.threadCorrelation ? state.threadCorrelation() : nullptr;
+  const uint32_t outer = active != nullptr ? *active : 0;
+  data.correlationId = correlationId != 0 ? correlationId
+                       : outer != 0       ? outer
+                                          : state.nextCorrelationId.fetch_add(1, std::memory_order_relaxed);
+  if (active != nullptr) *active = data.correlationId;
   subscriber(userdata, site.domain, site.cbid, &data);
   Result result = body();
   data.callbackSite = CUPTI_API_EXIT;
   data.functionReturnValue = &result;
   subscriber(userdata, site.domain, site.cbid, &data);
+  if (active != nullptr) *active = outer;
   return result;
 }
 

@@ -30,6 +30,11 @@ struct CallbackState {
   std::atomic<uint8_t> driverEnabled[CUPTI_DRIVER_TRACE_CBID_SIZE]{};
   std::atomic<uint8_t> runtimeEnabled[CUPTI_RUNTIME_TRACE_CBID_SIZE]{};
   std::atomic<uint32_t> nextCorrelationId{1};
+  // The correlation id of the call whose callbacks or body this thread is inside (0: none),
+  // the driver's thread-local: a call made from there, from a callback too, takes that id, as
+  // under real CUPTI (seen on an H200: a cuCtxGetCurrent made inside cuMemAlloc's API_ENTER
+  // callback carried cuMemAlloc's id).
+  uint32_t* (*threadCorrelation)() = nullptr;
 
   bool enabled(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) const {
     if (domain == CUPTI_CB_DOMAIN_DRIVER_API)

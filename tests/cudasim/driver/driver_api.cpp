@@ -37,7 +37,11 @@ std::atomic<Driver*> gDriver{nullptr};
 std::atomic<bool> gForkedAfterInit{false};
 std::atomic<bool> gDriverCallbacksFromRuntime{true};
 int gDeviceCount = 1;
+thread_local uint32_t tCallCorrelation = 0;
+uint32_t* threadCorrelation() { return &tCallCorrelation; }
+
 CallbackState gCallbacks;
+const bool gCallbacksWired = (gCallbacks.threadCorrelation = threadCorrelation, true);
 
 struct PrimaryContext {
   int retains = 0;
@@ -481,13 +485,19 @@ CUresult advise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
   using Attribute = DeviceMemory::RangeAttribute;
   if (!the().memory.isManagedRange(devPtr, count) || count == 0) return CUDA_ERROR_INVALID_VALUE;
   int ordinal = CU_DEVICE_INVALID;
+  // A device that does not exist is a bad value here (cuMemAdvise, seen on an H200), where
+  // cuMemPrefetchAsync calls it a bad device.
+  auto adviseOrdinal = [&](const CUmemLocation& where) {
+    const CUresult r = locationOrdinal(where, &ordinal);
+    return r == CUDA_ERROR_INVALID_DEVICE ? CUDA_ERROR_INVALID_VALUE : r;
+  };
   switch (advice) {
     case CU_MEM_ADVISE_SET_READ_MOSTLY:
     case CU_MEM_ADVISE_UNSET_READ_MOSTLY:
       return the().memory.setRangeAttribute(devPtr, count, Attribute::kReadMostly,
                                              advice == CU_MEM_ADVISE_SET_READ_MOSTLY);
     case CU_MEM_ADVISE_SET_PREFERRED_LOCATION:
-      REQUIRE(locationOrdinal(location, &ordinal));
+      REQUIRE(adviseOrdinal(location));
       return the().memory.setRangeAttribute(devPtr, count, Attribute::kPreferredLocation, ordinal);
     case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION:
       return the().memory.setRangeAttribute(devPtr, count, Attribute::kPreferredLocation,
@@ -497,7 +507,7 @@ CUresult advise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
       // Only mappings would change, and managed memory is mapped for everyone here already.
       if (location.type != CU_MEM_LOCATION_TYPE_DEVICE && location.type != CU_MEM_LOCATION_TYPE_HOST)
         return CUDA_ERROR_INVALID_VALUE;
-      return locationOrdinal(location, &ordinal);
+      return adviseOrdinal(location);
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }
@@ -1066,7 +1076,8 @@ CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
   DRIVER_CALL(cuDeviceGetMemPool, nullptr, {
     REQUIRE(initialized());
     if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (dev < 0 || dev >= gDeviceCount) return CUDA_ERROR_INVALID_DEVICE;
+    // A bad value, not a bad device (seen on an H200), unlike cuDeviceGetDefaultMemPool.
+    if (dev < 0 || dev >= gDeviceCount) return CUDA_ERROR_INVALID_VALUE;
     *pool = the().pools.currentPool();
     return CUDA_SUCCESS;
   }, pool, dev);

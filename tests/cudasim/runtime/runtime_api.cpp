@@ -12,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <cuda.h>
@@ -185,6 +186,23 @@ cudaError_t drive(CUpti_CallbackId driverCbid, Function function, Args... args) 
 #define DRIVE(name, ...) drive(CUPTI_DRIVER_TRACE_CBID_##name, api().name, __VA_ARGS__)
 #define DRIVE0(name) drive(CUPTI_DRIVER_TRACE_CBID_##name, api().name)
 
+// The functionName CUPTI gives a runtime call: its name without the version its callback id
+// carries ("cudaMalloc" for cudaMalloc_v3020; seen on an H200). Kept for the process.
+const char* cuptiName(const char* versioned) {
+  static std::mutex mutex;
+  static std::unordered_map<const char*, std::string> names;
+  std::lock_guard lock(mutex);
+  auto [it, inserted] = names.try_emplace(versioned, versioned);
+  if (inserted) {
+    std::string& name = it->second;
+    const size_t v = name.rfind("_v");
+    if (v != std::string::npos && v + 2 < name.size() &&
+        name.find_first_not_of("0123456789", v + 2) == std::string::npos)
+      name.resize(v);
+  }
+  return it->second.c_str();
+}
+
 template <class Body>
 cudaError_t runtimeCall(CUpti_CallbackId cbid, const char* name, const void* params,
                         const char* symbolName, bool needsDriver, Body&& body) {
@@ -199,9 +217,14 @@ cudaError_t runtimeCall(CUpti_CallbackId cbid, const char* name, const void* par
   }
   const uint32_t outer = tCorrelationId;
   const bool subscribed = callbacks->subscriber.load(std::memory_order_acquire) != nullptr;
-  tCorrelationId = subscribed ? callbacks->nextCorrelationId.fetch_add(1) : 0;
+  // Inside another call (a runtime call's callback, say), as CUPTI does: that call's id.
+  const uint32_t* active = callbacks->threadCorrelation ? callbacks->threadCorrelation() : nullptr;
+  tCorrelationId = !subscribed                  ? 0
+                   : active != nullptr && *active ? *active
+                                                  : callbacks->nextCorrelationId.fetch_add(1);
   cudaError_t result = invokeWithCallbacks<cudaError_t>(
-      *callbacks, CallSite{CUPTI_CB_DOMAIN_RUNTIME_API, cbid, name}, params, symbolName,
+      *callbacks, CallSite{CUPTI_CB_DOMAIN_RUNTIME_API, cbid, subscribed ? cuptiName(name) : name},
+      params, symbolName,
       needsDriver ? gPrimary : nullptr, tCorrelationId, body);
   tCorrelationId = outer;
   return remember(result);
@@ -225,13 +248,15 @@ cudaError_t functionForStub(const void* symbol, CUfunction* function) {
 }
 
 // What the launch and cudaFunc* calls take: a stub, or a cudaKernel_t cast to a pointer (as
-// the real runtime documents; CUDA 13's <<<>>> launches pass one).
-cudaError_t functionFor(const void* func, CUfunction* function) {
+// the real runtime documents; CUDA 13's <<<>>> launches pass one). A launch of neither fails as
+// a bad handle (seen on an H200).
+cudaError_t functionFor(const void* func, CUfunction* function,
+                        cudaError_t unknown = cudaErrorInvalidDeviceFunction) {
   if (functionForStub(func, function) == cudaSuccess) return cudaSuccess;
   if (gTable->functionForKernel(reinterpret_cast<CUkernel>(const_cast<void*>(func)), function) ==
       CUDA_SUCCESS)
     return cudaSuccess;
-  return cudaErrorInvalidDeviceFunction;
+  return unknown;
 }
 
 const char* kernelNameFor(const void* symbol) {
@@ -757,7 +782,9 @@ cudaError_t CUDARTAPI cudaLaunchKernel(const void* func, dim3 gridDim, dim3 bloc
   return runtimeCall(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, "cudaLaunchKernel_v7000",
                      &params, kernelNameFor(func), true, [&]() -> cudaError_t {
                        CUfunction function;
-                       if (cudaError_t error = functionFor(func, &function)) return error;
+                       if (cudaError_t error =
+                               functionFor(func, &function, cudaErrorInvalidResourceHandle))
+                         return error;
                        return DRIVE(cuLaunchKernel, function, gridDim.x, gridDim.y, gridDim.z,
                                     blockDim.x, blockDim.y, blockDim.z,
                                     static_cast<unsigned>(sharedMem), driverStream(stream), args,
@@ -773,7 +800,9 @@ cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t* config, cons
                      &params, kernelNameFor(func), true, [&]() -> cudaError_t {
                        if (config == nullptr) return cudaErrorInvalidValue;
                        CUfunction function;
-                       if (cudaError_t error = functionFor(func, &function)) return error;
+                       if (cudaError_t error =
+                               functionFor(func, &function, cudaErrorInvalidResourceHandle))
+                         return error;
                        CUlaunchConfig driverConfig{};
                        driverConfig.gridDimX = config->gridDim.x;
                        driverConfig.gridDimY = config->gridDim.y;
