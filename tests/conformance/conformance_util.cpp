@@ -61,6 +61,30 @@ bool Gate::Wait(std::chrono::milliseconds limit) {
 
 void CUDA_CB Gate::BlockHostFn(void* gate) { static_cast<Gate*>(gate)->Wait(); }
 
+CUresult StreamGate::Hold(CUstream stream) {
+  if (word_ == nullptr) {
+    void* host = nullptr;
+    if (CUresult r = cuMemHostAlloc(&host, sizeof(uint32_t), CU_MEMHOSTALLOC_DEVICEMAP)) return r;
+    word_ = static_cast<uint32_t*>(host);
+    __atomic_store_n(word_, 0u, __ATOMIC_RELEASE);
+    if (CUresult r = cuMemHostGetDevicePointer(&device_, host, 0)) return r;
+  }
+  return cuStreamWaitValue32(stream, device_, 1, CU_STREAM_WAIT_VALUE_GEQ);
+}
+
+void StreamGate::Open() {
+  if (word_ != nullptr) __atomic_store_n(word_, 1u, __ATOMIC_RELEASE);
+}
+
+void StreamGate::Close() {
+  if (word_ == nullptr) return;
+  Open();
+  cuCtxSynchronize();  // no stream may still read the word
+  cuMemFreeHost(word_);
+  word_ = nullptr;
+  device_ = 0;
+}
+
 void OrderLog::Mark(const std::string& what) {
   std::lock_guard<std::mutex> lock(mutex_);
   marks_.push_back(what);

@@ -75,6 +75,29 @@ class Gate {
   std::atomic<bool> timed_out_{false};
 };
 
+// A gate the device waits on: Hold(s) enqueues cuStreamWaitValue32 on a word of pinned host
+// memory, and Open() sets the word. The stream holds, and nothing else does. A host function
+// blocked on a Gate is not that on a real driver: it runs every stream's host functions on one
+// thread (its documentation allows it; an H200 with driver 580 did), so a Gate on one stream
+// also holds every other stream's host functions, and tests that watch another stream progress
+// past a held one need this gate.
+class StreamGate {
+ public:
+  StreamGate() = default;
+  ~StreamGate() { Close(); }
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+  CUresult Hold(CUstream stream);
+  void Open();
+  // Opens the gate, waits for the context's streams, frees the word: call it while the context
+  // is still current (a fixture's TearDown, before the context goes).
+  void Close();
+
+ private:
+  uint32_t* word_ = nullptr;
+  CUdeviceptr device_ = 0;
+};
+
 // Records the order in which host functions ran; WaitFor waits (bounded) for a mark.
 class OrderLog {
  public:

@@ -18,22 +18,24 @@ class PerThreadApi : public DriverTest {
  protected:
   void TearDown() override {
     gate_.Open();
+    hold_.Close();
     EXPECT_FALSE(gate_.timed_out());
     DriverTest::TearDown();
   }
   Gate gate_;
+  StreamGate hold_;  // the device waits; see conformance_util.h
   OrderLog log_;
 };
 
 TEST_F(PerThreadApi, StreamZeroDoesNotSerializeWithBlockingStreams) {
   CUstream a;
   ASSERT_CU(cuStreamCreate(&a, 0));
-  ASSERT_CU(cuLaunchHostFunc(nullptr, Gate::BlockHostFn, &gate_));  // cuLaunchHostFunc_ptsz
+  ASSERT_CU(hold_.Hold(CU_STREAM_PER_THREAD));  // this thread's stream 0
   Marker m{&log_, "a"};
   ASSERT_CU(cuLaunchHostFunc(a, Marker::HostFn, &m));
   EXPECT_TRUE(log_.WaitFor("a", kPositiveWait))
       << "stream 0 acted as the legacy default stream in per-thread mode";
-  gate_.Open();
+  hold_.Open();
   ASSERT_CU(cuStreamSynchronize(nullptr));  // cuStreamSynchronize_ptsz
   ASSERT_CU(cuStreamDestroy(a));
 }
@@ -113,13 +115,13 @@ TEST_F(PerThreadApi, RuntimeStreamZeroIsPerThread) {
   ASSERT_RT(cudaMalloc(&d, 4096));
   cudaStream_t a;
   ASSERT_RT(cudaStreamCreate(&a));
-  ASSERT_RT(launch_host(nullptr, Gate::BlockHostFn, &gate_));
+  ASSERT_CU(hold_.Hold(CU_STREAM_PER_THREAD));  // the runtime's stream 0 in this mode
   Marker m{&log_, "a"};
   ASSERT_RT(launch_host(a, Marker::HostFn, &m));  // stream a is not stream 0's successor
   EXPECT_TRUE(log_.WaitFor("a", kPositiveWait));
   ASSERT_RT(memset_async(d, 3, 4096, nullptr));
   EXPECT_RT_EQ(cudaErrorNotReady, stream_query(nullptr));
-  gate_.Open();
+  hold_.Open();
   ASSERT_RT(stream_sync(nullptr));
   unsigned char b = 0;
   ASSERT_RT(memcpy_ptds(&b, d, 1, cudaMemcpyDeviceToHost));

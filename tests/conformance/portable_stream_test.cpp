@@ -4,7 +4,9 @@
  *
  * Work is made slow with host functions that block on a Gate (real API), so the order is
  * deterministic: "must happen" checks wait up to kPositiveWait, "must not happen while
- * blocked" checks wait kNegativeWait for the thing that must not happen. */
+ * blocked" checks wait kNegativeWait for the thing that must not happen. A test that watches
+ * one stream progress while another is held holds that one with a StreamGate (a device-side
+ * wait) instead: a real driver runs all host functions on one thread. */
 #include <cstring>
 #include <thread>
 
@@ -17,6 +19,7 @@ class Streams : public DriverTest {
  protected:
   void TearDown() override {
     gate_.Open();  // never leave a stream blocked
+    hold_.Close();
     EXPECT_FALSE(gate_.timed_out()) << "a host function waited for the gate past its limit";
     DriverTest::TearDown();
   }
@@ -31,9 +34,11 @@ class Streams : public DriverTest {
     streams_.clear();
   }
   void Block(CUstream s) { ASSERT_CU(cuLaunchHostFunc(s, Gate::BlockHostFn, &gate_)); }
+  void Hold(CUstream s) { ASSERT_CU(hold_.Hold(s)); }
   void Mark(CUstream s, Marker* m) { ASSERT_CU(cuLaunchHostFunc(s, Marker::HostFn, m)); }
 
   Gate gate_;
+  StreamGate hold_;
   OrderLog log_;
   std::vector<CUstream> streams_;
 };
@@ -94,11 +99,11 @@ TEST_F(Streams, CopiesAndMemsetsRunInStreamOrderLate) {
 TEST_F(Streams, TwoBlockingStreamsAreIndependent) {
   CUstream a = NewStream(0);
   CUstream b = NewStream(0);
-  Block(a);
+  Hold(a);
   Marker m{&log_, "b"};
   Mark(b, &m);
   EXPECT_TRUE(log_.WaitFor("b", kPositiveWait)) << "stream b waited for stream a";
-  gate_.Open();
+  hold_.Open();
   DestroyStreams();
 }
 
@@ -145,36 +150,36 @@ TEST_F(Streams, BlockingStreamWaitsForLegacyDefaultStream) {
 
 TEST_F(Streams, NonBlockingStreamIgnoresLegacyDefaultStream) {
   CUstream nb = NewStream(CU_STREAM_NON_BLOCKING);
-  Block(CU_STREAM_LEGACY);
+  Hold(CU_STREAM_LEGACY);
   Marker m{&log_, "nb"};
   Mark(nb, &m);
   EXPECT_TRUE(log_.WaitFor("nb", kPositiveWait))
       << "non-blocking stream waited for the legacy default stream";
-  gate_.Open();
+  hold_.Open();
   ASSERT_CU(cuCtxSynchronize());
   DestroyStreams();
 }
 
 TEST_F(Streams, LegacyDefaultStreamIgnoresNonBlockingStreams) {
   CUstream nb = NewStream(CU_STREAM_NON_BLOCKING);
-  Block(nb);
+  Hold(nb);
   Marker m{&log_, "legacy"};
   Mark(CU_STREAM_LEGACY, &m);
   EXPECT_TRUE(log_.WaitFor("legacy", kPositiveWait))
       << "legacy default stream waited for a non-blocking stream";
-  gate_.Open();
+  hold_.Open();
   ASSERT_CU(cuCtxSynchronize());
   DestroyStreams();
 }
 
 TEST_F(Streams, PerThreadStreamIgnoresOtherBlockingStreams) {
   CUstream a = NewStream(0);
-  Block(a);
+  Hold(a);
   Marker m{&log_, "ptds"};
   Mark(CU_STREAM_PER_THREAD, &m);
   EXPECT_TRUE(log_.WaitFor("ptds", kPositiveWait))
       << "per-thread default stream waited for a blocking stream";
-  gate_.Open();
+  hold_.Open();
   ASSERT_CU(cuCtxSynchronize());
   DestroyStreams();
 }
@@ -204,7 +209,7 @@ TEST_F(Streams, PerThreadStreamWaitsForLegacyDefaultStream) {
 }
 
 TEST_F(Streams, PerThreadStreamsOfTwoThreadsAreIndependent) {
-  Block(CU_STREAM_PER_THREAD);
+  Hold(CU_STREAM_PER_THREAD);
   Marker m{&log_, "other-thread"};
   CUresult r = CUDA_ERROR_UNKNOWN;
   std::thread t([&] {
@@ -215,7 +220,7 @@ TEST_F(Streams, PerThreadStreamsOfTwoThreadsAreIndependent) {
   ASSERT_CU(r);
   EXPECT_TRUE(log_.WaitFor("other-thread", kPositiveWait))
       << "another thread's per-thread default stream waited for this thread's";
-  gate_.Open();
+  hold_.Open();
   ASSERT_CU(cuCtxSynchronize());
 }
 

@@ -11,12 +11,14 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <generated_cuda_meta.h>
@@ -407,6 +409,36 @@ CUresult hostFunc(CUstream handle, CUhostFn fn, void* userData, bool perThread) 
   WorkItem item;
   item.call = "cuLaunchHostFunc";
   item.run = [fn, userData] { fn(userData); };
+  the().streams.submit(target, std::move(item));
+  return CUDA_SUCCESS;
+}
+
+// cuStreamWaitValue32: the stream holds until the 32-bit word at `address` (device memory, or
+// pinned host memory through its device address) meets the condition; the host is not held,
+// and no other stream is (unlike a blocked host function, which the real driver's one
+// host-function thread serializes with every other stream's). The worker polls the word.
+CUresult waitValue32(CUstream handle, CUdeviceptr address, cuuint32_t value, unsigned flags,
+                     bool perThread) {
+  REQUIRE(ready());
+  const unsigned condition = flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH);
+  if (address == 0 || address % 4 != 0 || condition > CU_STREAM_WAIT_VALUE_NOR)
+    return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> target;
+  REQUIRE(stream(handle, perThread, &target));
+  WorkItem item;
+  item.call = "cuStreamWaitValue32";
+  item.run = [address, value, condition] {
+    const auto* word = reinterpret_cast<const uint32_t*>(address);
+    for (;;) {
+      const uint32_t seen = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+      const bool met = condition == CU_STREAM_WAIT_VALUE_GEQ   ? static_cast<int32_t>(seen - value) >= 0
+                       : condition == CU_STREAM_WAIT_VALUE_EQ  ? seen == value
+                       : condition == CU_STREAM_WAIT_VALUE_AND ? (seen & value) != 0
+                                                               : ~(seen | value) != 0;
+      if (met) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  };
   the().streams.submit(target, std::move(item));
   return CUDA_SUCCESS;
 }
@@ -1760,6 +1792,18 @@ CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridD
                   dim3(blockDimX, blockDimY, blockDimZ), hStream, kernelParams, nullptr, kPerThread);
   }, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
      kernelParams);
+}
+
+CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                        unsigned int flags) {
+  DRIVER_CALL(cuStreamWaitValue32_v2, nullptr,
+              { return waitValue32(stream, addr, value, flags, kLegacy); }, stream, addr, value, flags);
+}
+CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                             unsigned int flags) {
+  DRIVER_CALL(cuStreamWaitValue32_v2_ptsz, nullptr,
+              { return waitValue32(stream, addr, value, flags, kPerThread); }, stream, addr, value,
+              flags);
 }
 
 CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {

@@ -148,6 +148,8 @@ const Entry kEntries[] = {
     ENTRY_PT(cuLaunchKernel, cuLaunchKernel, cuLaunchKernel_ptsz),
     {"cuLaunchKernelEx", 11060, reinterpret_cast<void*>(&cuLaunchKernelEx), reinterpret_cast<void*>(&cuLaunchKernelEx_ptsz)},
     {"cuLaunchCooperativeKernel", 9000, reinterpret_cast<void*>(&cuLaunchCooperativeKernel), reinterpret_cast<void*>(&cuLaunchCooperativeKernel_ptsz)},
+    {"cuStreamWaitValue32", 12000, reinterpret_cast<void*>(&cuStreamWaitValue32_v2),
+     reinterpret_cast<void*>(&cuStreamWaitValue32_v2_ptsz)},
     {"cuLaunchHostFunc", 10000, reinterpret_cast<void*>(&cuLaunchHostFunc), reinterpret_cast<void*>(&cuLaunchHostFunc_ptsz)},
     ENTRY_SINCE(cuFuncGetParamInfo, 12040, cuFuncGetParamInfo),
     ENTRY_SINCE(cuFuncGetName, 12030, cuFuncGetName),
