@@ -249,12 +249,12 @@ TEST_F(Streams, StreamWaitEventWaitsOnlyForWorkRecordedBeforeIt) {
   CUevent ev;
   ASSERT_CU(cuEventCreate(&ev, 0));
   ASSERT_CU(cuEventRecord(ev, a));  // nothing before it
-  Block(a);                         // after the record
+  Hold(a);                          // after the record
   ASSERT_CU(cuStreamWaitEvent(b, ev, 0));
   Marker mb{&log_, "b"};
   Mark(b, &mb);
   EXPECT_TRUE(log_.WaitFor("b", kPositiveWait));
-  gate_.Open();
+  hold_.Open();
   ASSERT_CU(cuEventDestroy(ev));
   DestroyStreams();
 }

@@ -401,6 +401,11 @@ CUresult launch(const char* call, CUfunction f, dim3 grid, dim3 block, CUstream 
   return CUDA_SUCCESS;
 }
 
+// Host functions run one at a time, whatever their streams, as the real driver runs them (on
+// one thread of its own: an H200 with driver 580 held every stream's host functions behind a
+// blocked one; the documentation says they "may be serialized").
+std::mutex gHostFunctionMutex;
+
 CUresult hostFunc(CUstream handle, CUhostFn fn, void* userData, bool perThread) {
   REQUIRE(ready());
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -408,7 +413,10 @@ CUresult hostFunc(CUstream handle, CUhostFn fn, void* userData, bool perThread) 
   REQUIRE(stream(handle, perThread, &target));
   WorkItem item;
   item.call = "cuLaunchHostFunc";
-  item.run = [fn, userData] { fn(userData); };
+  item.run = [fn, userData] {
+    std::lock_guard lock(gHostFunctionMutex);
+    fn(userData);
+  };
   the().streams.submit(target, std::move(item));
   return CUDA_SUCCESS;
 }
