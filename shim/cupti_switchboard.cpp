@@ -135,7 +135,9 @@ struct Context {
   decltype(&::cudaGetFuncBySymbol) getFuncBySymbol = nullptr;
   std::mutex symbolMutex;
   std::unordered_map<const void*, LaunchTarget> targetsBySymbol;
-  uint64_t generation = 0;  // set when made: tells its answers in the threads' caches apart
+  // Tells this Context's answers in the threads' caches apart (set when made), and is moved on
+  // when an answer changes (a function learnt for a symbol), so that every thread asks again.
+  std::atomic<uint64_t> generation{0};
 };
 Context* gContext = nullptr;
 
@@ -171,10 +173,42 @@ LaunchTarget lookupTargetLocked(const void* symbol, const char* name);
 LaunchTarget targetForSymbol(const void* symbol, const char* name = nullptr) {
   Context& c = *gContext;
   CachedTarget& slot = tTargets[(reinterpret_cast<uintptr_t>(symbol) >> 4) % kTargetSlots];
-  if (slot.generation == c.generation && slot.symbol == symbol) [[likely]] return slot.target;
+  const uint64_t generation = c.generation.load(std::memory_order_acquire);
+  if (slot.generation == generation && slot.symbol == symbol) [[likely]] return slot.target;
   const LaunchTarget target = lookupTargetLocked(symbol, name);
-  slot = CachedTarget{c.generation, symbol, target};
+  slot = CachedTarget{generation, symbol, target};
   return target;
+}
+
+// A runtime launch whose `func` this runtime does not know (the stub of a runtime linked
+// statically into a library: cuBLAS's, cuDNN's) is prepared whole. The driver launch that
+// runtime then makes for it, with the runtime call's correlation id, names its function: learnt
+// here, later launches of that stub are analysed. Where no such driver callback comes (a driver
+// may raise none for a runtime's own calls), every launch of it stays prepared whole.
+// Set once the runtime launch is prepared (after any recompute callback it ran, whose launches
+// carry the same correlation id on a real driver), so the next driver launch of this call,
+// at this program-call depth, is the runtime's own.
+thread_local const void* tUnknownStub = nullptr;
+thread_local uint32_t tUnknownStubCorrelation = 0;  // 0: the next driver launch (an interposer's)
+thread_local int tUnknownStubDepth = 0;
+
+void expectDriverLaunch(const void* stub, uint32_t correlation) {
+  tUnknownStub = stub;
+  tUnknownStubCorrelation = correlation;
+  tUnknownStubDepth = tProgramCallDepth;
+}
+
+void learnFunction(const void* stub, CUfunction function, const char* name) {
+  Context& c = *gContext;
+  {
+    std::lock_guard lock(c.symbolMutex);
+    LaunchTarget& target = c.targetsBySymbol[stub];
+    if (target) return;
+    target = LaunchTarget::function(function);
+  }
+  c.generation.store(gContextGenerations.fetch_add(1) + 1, std::memory_order_release);
+  logVerbose(1, "launches of %s: its function learnt from the driver's launch of it; analysed "
+             "from now on", name ? name : "a kernel");
 }
 
 // A pointer the runtime does not know as a stub is a kernel handle if it is data and the
@@ -363,8 +397,10 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data, CUpti_Cal
       auto& a = as<cudaLaunchKernel_v7000_params>(p);
       const uint32_t grid[3] = {a.gridDim.x, a.gridDim.y, a.gridDim.z};
       const uint32_t block[3] = {a.blockDim.x, a.blockDim.y, a.blockDim.z};
-      launch(targetForSymbol(a.func, name), reinterpret_cast<CUstream>(a.stream), perThread, a.args,
-             nullptr, name, grid, block);
+      const LaunchTarget target = targetForSymbol(a.func, name);
+      launch(target, reinterpret_cast<CUstream>(a.stream), perThread, a.args, nullptr, name, grid,
+             block);
+      if (!target) expectDriverLaunch(a.func, data.correlationId);
       return;
     }
     case Work::kRuntimeKernelLaunch: {
@@ -377,9 +413,10 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data, CUpti_Cal
     }
     case Work::kRuntimeLaunchEx: {
       auto& a = as<cudaLaunchKernelExC_v11060_params>(p);
-      launch(targetForSymbol(a.func, name),
-             a.config ? reinterpret_cast<CUstream>(a.config->stream) : nullptr, perThread, a.args,
-             nullptr, name);
+      const LaunchTarget target = targetForSymbol(a.func, name);
+      launch(target, a.config ? reinterpret_cast<CUstream>(a.config->stream) : nullptr, perThread,
+             a.args, nullptr, name);
+      if (!target) expectDriverLaunch(a.func, data.correlationId);
       return;
     }
     case Work::kUnified: {
@@ -512,6 +549,10 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
   if (insideShim() || gContext == nullptr) return;
   const auto& data = *static_cast<const CUpti_CallbackData*>(callbackData);
   if (data.callbackSite == CUPTI_API_EXIT) {
+    // The runtime launch returns without the driver launch it was expected to make.
+    if (tUnknownStub != nullptr && data.correlationId == tUnknownStubCorrelation &&
+        domain == CUPTI_CB_DOMAIN_RUNTIME_API && tUnknownStubDepth == tProgramCallDepth)
+      tUnknownStub = nullptr;
     // The work is in its stream now: its buffers may be evicted again (after it).
     if (!tOpenCalls.empty() && tOpenCalls.back().correlation == data.correlationId &&
         tOpenCalls.back().domain == domain && tOpenCalls.back().cbid == cbid &&
@@ -528,6 +569,21 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
   else if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE)
     route = gRuntimeRoutes[cbid];
   if (route.work == Work::kIgnore) return;
+  if (tUnknownStub != nullptr &&
+      (route.work == Work::kDriverLaunch || route.work == Work::kDriverLaunchEx ||
+       route.work == Work::kDriverCooperative) &&
+      tUnknownStubDepth == tProgramCallDepth &&
+      (tUnknownStubCorrelation == 0 || tUnknownStubCorrelation == data.correlationId)) {
+    // The function of the launch the runtime level could not name.
+    const void* p = data.functionParams;
+    const CUfunction f = route.work == Work::kDriverLaunchEx
+                             ? as<cuLaunchKernelEx_params>(p).f
+                             : route.work == Work::kDriverCooperative
+                                   ? as<cuLaunchCooperativeKernel_params>(p).f
+                                   : as<cuLaunchKernel_params>(p).f;
+    if (f != nullptr) learnFunction(tUnknownStub, f, data.symbolName);
+    tUnknownStub = nullptr;
+  }
   // A launch interposer already prepared this call (and this is one of its callbacks).
   if (tPreparedByInterposer) return;
   // The driver calls a runtime call makes carry its correlation id: handled once.
@@ -594,7 +650,11 @@ CUresult prepareKernelLaunch(CUfunction function, CUstream stream, bool perThrea
 
 CUresult prepareRuntimeLaunch(const void* symbol, CUstream stream, bool perThread, void** args) {
   if (gContext == nullptr) return CUDA_SUCCESS;
-  return prepareLaunch(targetForSymbol(symbol), stream, perThread, args, nullptr);
+  const LaunchTarget target = targetForSymbol(symbol);
+  const CUresult result = prepareLaunch(target, stream, perThread, args, nullptr);
+  // The launch follows at once, in the interposer's PreparedLaunchScope, which forgets this.
+  if (!target && result == CUDA_SUCCESS) expectDriverLaunch(symbol, 0);
+  return result;
 }
 
 bool launchAlreadyPrepared() { return tPreparedByInterposer; }
@@ -606,6 +666,7 @@ PreparedLaunchScope::PreparedLaunchScope() : outer_(tPreparedByInterposer) {
 }
 PreparedLaunchScope::~PreparedLaunchScope() {
   tPreparedByInterposer = outer_;
+  tUnknownStub = nullptr;  // the launch is made: whatever it did not name stays unknown
   if (gContext != nullptr) gContext->residency->releaseHeld();
 }
 

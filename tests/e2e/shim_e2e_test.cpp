@@ -153,6 +153,24 @@ TEST(ShimEndToEnd, LaunchesThroughKernelHandlesAreAnalysed) {
   }
 }
 
+// A launch through a runtime the shim's runtime does not know (the stub of a runtime linked
+// statically into cuBLAS or cuDNN: on an H200 all of train-cublas's 200 cuBLAS launches went
+// unanalysed, each bringing every buffer back) is prepared whole the first time; the driver
+// launch that runtime makes for it names its function, and later launches of that kernel are
+// analysed. Where the driver raises no callback for a runtime's own calls, every launch of it
+// stays prepared whole. Bit-exact either way.
+TEST(ShimEndToEnd, KernelsOfAnotherRuntimeAreLearntFromTheirDriverLaunch) {
+  Outcome learnt = run(workload("64M"), underShim({"DELTA_BUDGET=40M", "CUDASIM_FAULTS=foreign-stubs"}));
+  expectSameResultsWithinBudget(learnt, baseline("64M"), 40 * kMiB);
+  Outcome blind = run(workload("64M"), underShim({"DELTA_BUDGET=40M", "CUDASIM_FAULTS=foreign-stubs",
+                                                  "CUDASIM_CUPTI_DRIVER_CALLBACKS=0"}));
+  expectSameResultsWithinBudget(blind, baseline("64M"), 40 * kMiB);
+  EXPECT_NE(learnt.err.find("learnt from the driver's launch"), std::string::npos) << learnt.err;
+  EXPECT_GT(learnt.stat("unanalysed_launches"), 0u);  // each kernel's first launch
+  EXPECT_LT(learnt.stat("unanalysed_launches") * 3, blind.stat("unanalysed_launches"));
+  EXPECT_LT(learnt.stat("over_budget_launches"), blind.stat("over_budget_launches"));
+}
+
 TEST(ShimEndToEnd, RuntimeDomainCallbacksAloneAreEnough) {
   // A real driver may raise no driver-domain callback for the runtime's own driver calls.
   Outcome shimmed = run(workload("64M"),

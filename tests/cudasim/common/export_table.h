@@ -80,6 +80,8 @@ struct ExportTable {
   CUresult (*kernelForSymbol)(const void* symbol, CUkernel* kernel);
   // A launch by kernel handle: its function, loaded (CUDA_ERROR_INVALID_HANDLE: no such kernel).
   CUresult (*functionForKernel)(CUkernel kernel, CUfunction* function);
+  // CUDASIM_FAULTS=foreign-stubs: cudaGetFuncBySymbol knows no symbol.
+  bool (*foreignStubs)();
 };
 
 }  // namespace cudasim

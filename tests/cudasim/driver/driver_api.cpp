@@ -709,13 +709,15 @@ void setRuntimeOrigin(RuntimeOrigin origin) { tOrigin = origin; }
 bool cuptiSubscribeFails() { return faults().cuptiSubscribeFail.load(); }
 void kernelTime(int64_t nanoseconds) { declareKernelTime(nanoseconds); }
 bool cuptiEnableFails() { return faults().cuptiEnableFail.load(); }
+bool foreignStubs() { return faults().foreignStubs.load(); }
 uint64_t timingOverruns() { return timing().overruns(); }
 
 const ExportTable kExportTable = {sizeof(ExportTable), registerKernel,      functionForSymbol,
                                   &gCallbacks,          subscribe,           unsubscribe,
                                   setRuntimeOrigin,     setFaults,           cuptiSubscribeFails,
                                   cuptiEnableFails,     kernelTime,          timingOverruns,
-                                  kernelForSymbol,      functionForKernel};
+                                  kernelForSymbol,      functionForKernel,
+                                  foreignStubs};
 
 }  // namespace
 

@@ -15,7 +15,7 @@ constexpr const char* kAccepted =
     "expected a comma-separated list of memcreate-fail-after=N[:K], device-taken=SIZE, "
     "copy-fail-after=N[:K], htod-fail-after=N[:K], dtoh-fail-after=N[:K], slow-stream-us=U, "
     "slow-copy-us=U, hostalloc-fail-after=N[:K], pinned-limit=SIZE, cupti-subscribe-fail, "
-    "cupti-enable-fail, paraminfo-fail";
+    "cupti-enable-fail, paraminfo-fail, foreign-stubs";
 
 // The parsed form of a spec, applied to the atomics of Faults only once all of it is valid.
 struct CallPlan {
@@ -32,6 +32,7 @@ struct Plan {
   bool cuptiSubscribeFail = false;
   bool cuptiEnableFail = false;
   bool paramInfoFail = false;
+  bool foreignStubs = false;
 };
 
 std::optional<uint64_t> parseCount(std::string_view text, uint64_t max) {
@@ -126,9 +127,9 @@ std::string parseItem(std::string_view item, Plan& plan) {
     (name == "cupti-subscribe-fail" ? plan.cuptiSubscribeFail : plan.cuptiEnableFail) = true;
     return {};
   }
-  if (name == "paraminfo-fail") {
+  if (name == "paraminfo-fail" || name == "foreign-stubs") {
     if (hasValue) return "'" + std::string(item) + "': " + std::string(name) + " takes no value";
-    plan.paramInfoFail = true;
+    (name == "paraminfo-fail" ? plan.paramInfoFail : plan.foreignStubs) = true;
     return {};
   }
   return "unknown fault '" + std::string(name) + "'";
@@ -168,6 +169,7 @@ void apply(const Plan& plan, Faults& faults) {
   faults.cuptiSubscribeFail.store(plan.cuptiSubscribeFail);
   faults.cuptiEnableFail.store(plan.cuptiEnableFail);
   faults.paramInfoFail.store(plan.paramInfoFail);
+  faults.foreignStubs.store(plan.foreignStubs);
 }
 
 Faults& theFaults() {

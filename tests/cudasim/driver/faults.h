@@ -32,6 +32,9 @@
 //                               CUDA_ERROR_NOT_SUPPORTED: no kernel's parameters can be read
 //                               (as for a kernel a tool cannot describe), so no launch can be
 //                               analysed
+//   foreign-stubs               cudaGetFuncBySymbol fails for every symbol, as for the stubs of
+//                               a runtime linked statically into a library (cuBLAS, cuDNN):
+//                               launches still run, and their driver calls name the function
 //
 // SIZE is a decimal byte count with an optional K, M, G or T (powers of 1024); N, K and U are
 // decimal integers. Only calls that pass the argument checks count and fail: a fault never
@@ -72,6 +75,7 @@ struct Faults {
   std::atomic<bool> cuptiSubscribeFail{false};
   std::atomic<bool> cuptiEnableFail{false};
   std::atomic<bool> paramInfoFail{false};
+  std::atomic<bool> foreignStubs{false};
 };
 
 // The plan in force: CUDASIM_FAULTS, parsed at the first call (a bad value ends the process).

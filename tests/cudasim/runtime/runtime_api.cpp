@@ -821,6 +821,7 @@ cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t* config, cons
 cudaError_t CUDARTAPI cudaGetFuncBySymbol(cudaFunction_t* functionPtr, const void* symbolPtr) {
   RUNTIME_CALL(cudaGetFuncBySymbol_v11000, {
     if (functionPtr == nullptr) return cudaErrorInvalidValue;
+    if (gTable->foreignStubs()) return cudaErrorInvalidDeviceFunction;
     return functionForStub(symbolPtr, reinterpret_cast<CUfunction*>(functionPtr));
   }, functionPtr, symbolPtr);
 }

@@ -52,6 +52,8 @@ void cudasimRegisterKernel(const void* symbol, const char* name,
  *   cupti-subscribe-fail        cuptiSubscribe: CUPTI_ERROR_NOT_INITIALIZED
  *   cupti-enable-fail           cuptiEnableCallback/Domain: CUPTI_ERROR_NOT_INITIALIZED
  *   paraminfo-fail              cuFuncGetParamInfo/cuKernelGetParamInfo: CUDA_ERROR_NOT_SUPPORTED
+ *   foreign-stubs               cudaGetFuncBySymbol: cudaErrorInvalidDeviceFunction (stubs of
+ *                               another runtime instance); launches still run
  * "-fail-after=N[:K]": the calls after the first N fail, K of them (without ":K", all).
  * SIZE: bytes with an optional K, M, G or T (powers of 1024). Details: driver/faults.h.
  * Returns NULL, or why `spec` is not valid (the faults in force are then unchanged). */
