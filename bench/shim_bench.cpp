@@ -269,7 +269,8 @@ void hookBench(benchmark::State& state, Driver driver, Pattern pattern) {
   }();
   static ParamLayoutCache layouts;
   // A few hundred kernels in the cache, as in a real model; the launch uses one of them.
-  for (uintptr_t f = 1; f <= 300; ++f) layouts.layout(paramApi, LaunchTarget::function(reinterpret_cast<CUfunction>(f * 16)));
+  for (uintptr_t f = 1; f <= 300; ++f)
+    layouts.layout(paramApi, LaunchTarget::function(reinterpret_cast<CUfunction>(f * 16)));
   const CUfunction function = reinterpret_cast<CUfunction>(uintptr_t(150 * 16));
   const std::vector<uint64_t> values = candidates(w, pattern);
   const size_t launches = values.size() / kPointers;

@@ -1,8 +1,9 @@
 // Finds the values in a launch's parameters that may be device pointers. Each parameter is
 // read at 8-byte steps from its start, so pointers inside by-value structs are seen too
 // (their members are naturally aligned). The layout of a kernel's parameters comes from
-// cuFuncGetParamInfo (cuKernelGetParamInfo for a kernel handle) once per kernel and is cached. Pointers stored in device memory are
-// not visible here (the residency manager links them through host-to-device copies).
+// cuFuncGetParamInfo (cuKernelGetParamInfo for a kernel handle) once per kernel and is
+// cached. Pointers stored in device memory are not visible here (the residency manager links
+// them through host-to-device copies).
 #pragma once
 
 #include <cuda.h>

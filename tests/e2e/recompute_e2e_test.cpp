@@ -88,7 +88,8 @@ TEST(Recompute, LaunchesThatCannotBeAnalysedStillRegenerateBitExact) {
   for (const char* mode : {"callback", "framework"}) {
     SCOPED_TRACE(mode);
     Outcome shimmed = delta::testing::runChild(
-        workload({"--mode", mode}), underShim({"DELTA_BUDGET=20M", "CUDASIM_FAULTS=paraminfo-fail"}));
+        workload({"--mode", mode}),
+        underShim({"DELTA_BUDGET=20M", "CUDASIM_FAULTS=paraminfo-fail"}));
     expectSameChecksum(shimmed);
     EXPECT_GT(shimmed.stat("unanalysed_launches"), 0u);
     EXPECT_EQ(shimmed.err.find("nested"), std::string::npos) << shimmed.err;

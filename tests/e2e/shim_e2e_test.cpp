@@ -160,10 +160,12 @@ TEST(ShimEndToEnd, LaunchesThroughKernelHandlesAreAnalysed) {
 // analysed. Where the driver raises no callback for a runtime's own calls, every launch of it
 // stays prepared whole. Bit-exact either way.
 TEST(ShimEndToEnd, KernelsOfAnotherRuntimeAreLearntFromTheirDriverLaunch) {
-  Outcome learnt = run(workload("64M"), underShim({"DELTA_BUDGET=40M", "CUDASIM_FAULTS=foreign-stubs"}));
+  Outcome learnt =
+      run(workload("64M"), underShim({"DELTA_BUDGET=40M", "CUDASIM_FAULTS=foreign-stubs"}));
   expectSameResultsWithinBudget(learnt, baseline("64M"), 40 * kMiB);
-  Outcome blind = run(workload("64M"), underShim({"DELTA_BUDGET=40M", "CUDASIM_FAULTS=foreign-stubs",
-                                                  "CUDASIM_CUPTI_DRIVER_CALLBACKS=0"}));
+  Outcome blind = run(workload("64M"),
+                      underShim({"DELTA_BUDGET=40M", "CUDASIM_FAULTS=foreign-stubs",
+                                 "CUDASIM_CUPTI_DRIVER_CALLBACKS=0"}));
   expectSameResultsWithinBudget(blind, baseline("64M"), 40 * kMiB);
   EXPECT_NE(learnt.err.find("learnt from the driver's launch"), std::string::npos) << learnt.err;
   EXPECT_GT(learnt.stat("unanalysed_launches"), 0u);  // each kernel's first launch

@@ -208,8 +208,10 @@ TEST(DeltaPlay, LaunchesThatCannotBeAnalysedKeepEveryTokenWithRecompute) {
   for (const char* policy : {"dtr", "delta"}) {
     SCOPED_TRACE(policy);
     Outcome shimmed = run({gPlay, "--recompute", "--iterations", "2", "--warmup", "1", trace},
-                          underShim({"DELTA_BUDGET=" + budget, std::string("DELTA_POLICY=") + policy,
-                                     "CUDASIM_DEVICE_MEMORY=16G", "CUDASIM_FAULTS=paraminfo-fail"}));
+                          underShim({"DELTA_BUDGET=" + budget,
+                                     std::string("DELTA_POLICY=") + policy,
+                                     "CUDASIM_DEVICE_MEMORY=16G",
+                                     "CUDASIM_FAULTS=paraminfo-fail"}));
     ASSERT_EQ(shimmed.status, 0) << shimmed.out << shimmed.err;
     EXPECT_EQ(shimmed.err.find("illegal address"), std::string::npos) << shimmed.err;
     EXPECT_EQ(shimmed.err.find("nested"), std::string::npos) << shimmed.err;

@@ -396,8 +396,10 @@ TEST_F(ParamLayoutCacheTest, AsksTheDriverOncePerFunction) {
   gKernels[broken] = FakeKernel{{}, CUDA_ERROR_NOT_SUPPORTED, 0};
   const ParamLayout& first = cache_.layout(api_, LaunchTarget::function(a));
   EXPECT_EQ(gCalls[a], 3);  // two parameters, then CUDA_ERROR_INVALID_VALUE
-  EXPECT_EQ(&cache_.layout(api_, LaunchTarget::function(b)), &cache_.layout(api_, LaunchTarget::function(b)));
-  EXPECT_EQ(&cache_.layout(api_, LaunchTarget::function(a)), &first);  // the same entry, still there
+  EXPECT_EQ(&cache_.layout(api_, LaunchTarget::function(b)),
+            &cache_.layout(api_, LaunchTarget::function(b)));
+  // The same entry, still there.
+  EXPECT_EQ(&cache_.layout(api_, LaunchTarget::function(a)), &first);
   EXPECT_EQ(gCalls[a], 3);
   EXPECT_EQ(gCalls[b], 2);
   // An unknown layout is remembered too: the driver is not asked again on every launch.

@@ -438,7 +438,8 @@ struct Options {
 
 void print_usage(FILE* out) {
   std::fprintf(out,
-      "usage: %s [--peak SIZE] [--iters N] [--seed S] [--layers N] [--threads T] [--kernel-handles]\n"
+      "usage: %s [--peak SIZE] [--iters N] [--seed S] [--layers N] [--threads T]\n"
+      "          [--kernel-handles]\n"
       "Trains a small MLP on the GPU through the CUDA runtime API and prints, one `key: value`\n"
       "per line, the loss of every iteration and a checksum of the final weights.\n"
       "  --peak SIZE  device memory the job's live buffers peak at; the batch is sized to fit\n"

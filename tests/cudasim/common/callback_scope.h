@@ -34,9 +34,10 @@ Result invokeWithCallbacks(CallbackState& state, const CallSite& site, const voi
   data.correlationData = &correlationData;
   uint32_t* active = state.threadCorrelation ? state.threadCorrelation() : nullptr;
   const uint32_t outer = active != nullptr ? *active : 0;
-  data.correlationId = correlationId != 0 ? correlationId
-                       : outer != 0       ? outer
-                                          : state.nextCorrelationId.fetch_add(1, std::memory_order_relaxed);
+  data.correlationId =
+      correlationId != 0 ? correlationId
+      : outer != 0       ? outer
+                         : state.nextCorrelationId.fetch_add(1, std::memory_order_relaxed);
   if (active != nullptr) *active = data.correlationId;
   subscriber(userdata, site.domain, site.cbid, &data);
   Result result = body();

@@ -439,7 +439,9 @@ CUresult waitValue32(CUstream handle, CUdeviceptr address, cuuint32_t value, uns
     const auto* word = reinterpret_cast<const uint32_t*>(address);
     for (;;) {
       const uint32_t seen = __atomic_load_n(word, __ATOMIC_ACQUIRE);
-      const bool met = condition == CU_STREAM_WAIT_VALUE_GEQ   ? static_cast<int32_t>(seen - value) >= 0
+      // GEQ compares cyclically, as the driver documents.
+      const bool met = condition == CU_STREAM_WAIT_VALUE_GEQ
+                           ? static_cast<int32_t>(seen - value) >= 0
                        : condition == CU_STREAM_WAIT_VALUE_EQ  ? seen == value
                        : condition == CU_STREAM_WAIT_VALUE_AND ? (seen & value) != 0
                                                                : ~(seen | value) != 0;
@@ -1807,7 +1809,8 @@ CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridD
 CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
                                         unsigned int flags) {
   DRIVER_CALL(cuStreamWaitValue32_v2, nullptr,
-              { return waitValue32(stream, addr, value, flags, kLegacy); }, stream, addr, value, flags);
+              { return waitValue32(stream, addr, value, flags, kLegacy); }, stream, addr, value,
+              flags);
 }
 CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
                                              unsigned int flags) {
