@@ -71,6 +71,9 @@ const size_t kOnePointer[] = {sizeof(void*)};
 
 void never_registered_stub() {}
 
+// Launched only through its kernel handle (KernelHandles, below): nothing else loads it.
+void handle_fill_stub(unsigned char*, int, size_t) {}
+
 const bool kRegistered = [] {
   cudasimRegisterKernel(reinterpret_cast<const void*>(&fill_stub), "fill", FillBody, 3, kFillSizes);
   cudasimRegisterKernel(reinterpret_cast<const void*>(&gated_fill_stub), "gated_fill",
@@ -78,6 +81,8 @@ const bool kRegistered = [] {
   cudasimRegisterKernel(reinterpret_cast<const void*>(&dims_stub), "dims", DimsBody, 1, kDimsSizes);
   cudasimRegisterKernel(reinterpret_cast<const void*>(&mixed_stub), "mixed_kernel", MixedBody, 6,
                         kMixedSizes);
+  cudasimRegisterKernel(reinterpret_cast<const void*>(&handle_fill_stub), "handle_fill", FillBody,
+                        3, kFillSizes);
   return true;
 }();
 
@@ -110,6 +115,60 @@ class Kernels : public ::testing::Test {
   unsigned char* buf_ = nullptr;
   Gate gate_;
 };
+
+}  // namespace
+}  // namespace conformance
+extern "C" cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim,
+                                                    dim3 blockDim, void** args, size_t sharedMem,
+                                                    cudaStream_t stream);
+namespace conformance {
+namespace {
+
+// CUDA 13's <<<>>> launches through a kernel handle, as an H200 (driver 580) showed: the handle
+// is not the stub, cudaGetFuncBySymbol refuses it, the driver describes it (cuKernelGetParamInfo,
+// cuKernelGetName) but has no function for it in the context until a launch loads it (lazy
+// loading), and a launch may pass it to cudaLaunchKernel in the stub's place.
+TEST_F(Kernels, KernelHandles) {
+  cudaKernel_t handle = nullptr;
+  ASSERT_RT(cudaGetKernel(&handle, reinterpret_cast<const void*>(&handle_fill_stub)));
+  ASSERT_NE(handle, nullptr);
+  EXPECT_NE(reinterpret_cast<const void*>(handle),
+            reinterpret_cast<const void*>(&handle_fill_stub));
+  cudaKernel_t again = nullptr;
+  ASSERT_RT(cudaGetKernel(&again, reinterpret_cast<const void*>(&handle_fill_stub)));
+  EXPECT_EQ(again, handle);
+  cudaFunction_t f = nullptr;
+  EXPECT_RT_EQ(cudaErrorInvalidDeviceFunction,
+               cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(handle)));
+  EXPECT_RT_EQ(cudaErrorInvalidDeviceFunction, cudaGetLastError());
+  const CUkernel kernel = reinterpret_cast<CUkernel>(handle);
+  CUfunction function = nullptr;
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_FOUND, cuKernelGetFunction(&function, kernel));
+  size_t offset = 0, size = 0;
+  ASSERT_CU(cuKernelGetParamInfo(kernel, 2, &offset, &size));
+  EXPECT_EQ(offset, 16u);
+  EXPECT_EQ(size, sizeof(size_t));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuKernelGetParamInfo(kernel, 3, &offset, &size));
+  const char* name = nullptr;
+  ASSERT_CU(cuKernelGetName(&name, kernel));
+  EXPECT_STREQ(name, "handle_fill");
+
+  unsigned char* dst = buf_;
+  int value = 0x5a;
+  size_t n = 100;
+  void* args[] = {&dst, &value, &n};
+  ASSERT_RT(__cudaLaunchKernel(handle, dim3(1), dim3(1), args, 0, nullptr));
+  ASSERT_RT(cudaDeviceSynchronize());
+  EXPECT_EQ(Byte(99), 0x5a);
+  EXPECT_EQ(Byte(100), 0);
+  ASSERT_CU(cuKernelGetFunction(&function, kernel));  // loaded by the launch
+  EXPECT_NE(function, nullptr);
+  value = 0x33;
+  ASSERT_RT(cudaLaunchKernel(reinterpret_cast<const void*>(handle), dim3(1), dim3(1), args, 0,
+                             nullptr));
+  ASSERT_RT(cudaDeviceSynchronize());
+  EXPECT_EQ(Byte(0), 0x33);
+}
 
 TEST_F(Kernels, RuntimeLaunchRunsTheBodyWithArguments) {
   unsigned char* dst = buf_;

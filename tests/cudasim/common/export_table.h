@@ -78,8 +78,9 @@ struct ExportTable {
   uint64_t (*timingOverruns)();
   // cudaGetKernel: the kernel handle of a registered symbol (CUDA_ERROR_INVALID_HANDLE if none).
   CUresult (*kernelForSymbol)(const void* symbol, CUkernel* kernel);
-  // A launch by kernel handle: its function, loaded (CUDA_ERROR_INVALID_HANDLE: no such kernel).
-  CUresult (*functionForKernel)(CUkernel kernel, CUfunction* function);
+  // A kernel handle's function (CUDA_ERROR_INVALID_HANDLE: no such kernel); `load`: loaded
+  // into the context, as a launch through the handle does (a name asked for does not).
+  CUresult (*functionForKernel)(CUkernel kernel, CUfunction* function, bool load);
   // CUDASIM_FAULTS=foreign-stubs: cudaGetFuncBySymbol knows no symbol.
   bool (*foreignStubs)();
 };

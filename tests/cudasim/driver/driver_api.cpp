@@ -674,10 +674,10 @@ CUresult kernelForSymbol(const void* symbol, CUkernel* kernel) {
 }
 
 // A launch through a kernel handle loads its function into the context.
-CUresult functionForKernel(CUkernel kernel, CUfunction* function) {
+CUresult functionForKernel(CUkernel kernel, CUfunction* function, bool load) {
   Kernel* found = kernels().findKernel(kernel);
   if (found == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  found->function->loaded.store(true, std::memory_order_relaxed);
+  if (load) found->function->loaded.store(true, std::memory_order_relaxed);
   *function = reinterpret_cast<CUfunction>(found->function);
   return CUDA_SUCCESS;
 }

@@ -251,18 +251,22 @@ cudaError_t functionForStub(const void* symbol, CUfunction* function) {
 // the real runtime documents; CUDA 13's <<<>>> launches pass one). A launch of neither fails as
 // a bad handle (seen on an H200).
 cudaError_t functionFor(const void* func, CUfunction* function,
-                        cudaError_t unknown = cudaErrorInvalidDeviceFunction) {
+                        cudaError_t unknown = cudaErrorInvalidDeviceFunction, bool load = true) {
   if (functionForStub(func, function) == cudaSuccess) return cudaSuccess;
-  if (gTable->functionForKernel(reinterpret_cast<CUkernel>(const_cast<void*>(func)), function) ==
-      CUDA_SUCCESS)
+  if (gTable->functionForKernel(reinterpret_cast<CUkernel>(const_cast<void*>(func)), function,
+                                load) == CUDA_SUCCESS)
     return cudaSuccess;
   return unknown;
 }
 
+// The name CUPTI reports for a launch: asked before the launch, so it loads nothing (a kernel
+// handle's function is still not loaded at the launch's API_ENTER, as on the H200).
 const char* kernelNameFor(const void* symbol) {
   CUfunction function;
   const char* name = nullptr;
-  if (gTable == nullptr || functionFor(symbol, &function) != cudaSuccess) return nullptr;
+  if (gTable == nullptr ||
+      functionFor(symbol, &function, cudaErrorInvalidDeviceFunction, false) != cudaSuccess)
+    return nullptr;
   gApi.cuFuncGetName(&name, function);
   return name;
 }
