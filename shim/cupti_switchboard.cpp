@@ -184,10 +184,10 @@ LaunchTarget targetForSymbol(const void* symbol, const char* name = nullptr) {
 // statically into a library: cuBLAS's, cuDNN's) is prepared whole. The driver launch that
 // runtime then makes for it, with the runtime call's correlation id, names its function: learnt
 // here, later launches of that stub are analysed. Where no such driver callback comes (a driver
-// may raise none for a runtime's own calls), every launch of it stays prepared whole.
-// Set once the runtime launch is prepared (after any recompute callback it ran, whose launches
-// carry the same correlation id on a real driver), so the next driver launch of this call,
-// at this program-call depth, is the runtime's own.
+// may raise none for a runtime's own calls), every launch of it stays prepared whole. The
+// expectation is set once the runtime launch is prepared (after any recompute callback it ran,
+// whose launches carry the same correlation id on a real driver), so the next driver launch of
+// this call at this program-call depth is the runtime's own.
 thread_local const void* tUnknownStub = nullptr;
 thread_local uint32_t tUnknownStubCorrelation = 0;  // 0: the next driver launch (an interposer's)
 thread_local int tUnknownStubDepth = 0;
@@ -216,9 +216,9 @@ void learnFunction(const void* stub, CUfunction function, const char* name) {
 // linking the runtime statically): never handed to the driver, which does not check handles.
 bool isKernelHandle(const void* pointer) {
   if (isCodeOrUnknownAddress(pointer)) return false;
+  const auto kernel = LaunchTarget::kernel(static_cast<CUkernel>(const_cast<void*>(pointer)));
   size_t offset = 0, size = 0;
-  const CUresult described = gContext->api->cuKernelGetParamInfo(
-      static_cast<CUkernel>(const_cast<void*>(pointer)), 0, &offset, &size);
+  const CUresult described = targetParamInfo(*gContext->api, kernel, 0, &offset, &size);
   return described == CUDA_SUCCESS || described == CUDA_ERROR_INVALID_VALUE;  // no parameters
 }
 
@@ -629,11 +629,7 @@ CUresult prepareLaunch(LaunchTarget target, CUstream stream, bool perThread, voi
   const char* name = nullptr;
   if (target) {
     ReentryGuard guard;
-    void* handle = const_cast<void*>(target.handle);
-    if (target.kernelHandle)
-      gContext->api->cuKernelGetName(&name, static_cast<CUkernel>(handle));
-    else
-      gContext->api->cuFuncGetName(&name, static_cast<CUfunction>(handle));
+    name = targetName(*gContext->api, target);
   }
   CUresult result = launch(target, stream, perThread, params, extra, name);
   if (result != CUDA_SUCCESS) gContext->residency->releaseHeld();  // no scope will follow

@@ -30,22 +30,36 @@ const ParamLayout& ParamLayoutCache::layout(const DriverApi& api, LaunchTarget t
   return found;
 }
 
+CUresult targetParamInfo(const DriverApi& api, LaunchTarget target, size_t index, size_t* offset,
+                         size_t* size) {
+  void* handle = const_cast<void*>(target.handle);
+  return target.kernelHandle
+             ? api.cuKernelGetParamInfo(static_cast<CUkernel>(handle), index, offset, size)
+             : api.cuFuncGetParamInfo(static_cast<CUfunction>(handle), index, offset, size);
+}
+
+const char* targetName(const DriverApi& api, LaunchTarget target) {
+  const char* name = nullptr;
+  void* handle = const_cast<void*>(target.handle);
+  const CUresult named =
+      target.kernelHandle
+          ? (api.cuKernelGetName ? api.cuKernelGetName(&name, static_cast<CUkernel>(handle))
+                                 : CUDA_ERROR_NOT_FOUND)
+          : (api.cuFuncGetName ? api.cuFuncGetName(&name, static_cast<CUfunction>(handle))
+                               : CUDA_ERROR_NOT_FOUND);
+  return named == CUDA_SUCCESS ? name : nullptr;
+}
+
 const ParamLayout& ParamLayoutCache::lookupLocked(const DriverApi& api, LaunchTarget target) {
   std::lock_guard lock(mutex_);
   auto [it, inserted] = layouts_.try_emplace(target.handle);
   if (!inserted) return it->second;
   ParamLayout& layout = it->second;
-  auto paramInfo = [&](size_t index, size_t* offset, size_t* size) {
-    void* handle = const_cast<void*>(target.handle);
-    return target.kernelHandle
-               ? api.cuKernelGetParamInfo(static_cast<CUkernel>(handle), index, offset, size)
-               : api.cuFuncGetParamInfo(static_cast<CUfunction>(handle), index, offset, size);
-  };
   // Parameters are numbered until the driver says CUDA_ERROR_INVALID_VALUE; any other
   // error means the driver cannot describe this function.
   for (size_t index = 0;; ++index) {
     size_t offset = 0, size = 0;
-    CUresult result = paramInfo(index, &offset, &size);
+    CUresult result = targetParamInfo(api, target, index, &offset, &size);
     if (result == CUDA_ERROR_INVALID_VALUE) {
       layout.known = true;
       break;
@@ -53,15 +67,7 @@ const ParamLayout& ParamLayoutCache::lookupLocked(const DriverApi& api, LaunchTa
     if (result != CUDA_SUCCESS || index > 4096) {
       layout.offsets.clear();
       layout.sizes.clear();
-      const char* name = nullptr;
-      void* handle = const_cast<void*>(target.handle);
-      const CUresult named =
-          target.kernelHandle
-              ? (api.cuKernelGetName ? api.cuKernelGetName(&name, static_cast<CUkernel>(handle))
-                                     : CUDA_ERROR_NOT_FOUND)
-              : (api.cuFuncGetName ? api.cuFuncGetName(&name, static_cast<CUfunction>(handle))
-                                   : CUDA_ERROR_NOT_FOUND);
-      if (named != CUDA_SUCCESS) name = nullptr;
+      const char* name = targetName(api, target);
       logVerbose(1, "launches of %s cannot be analysed: the driver does not describe its "
                  "parameter %zu (%s: error %d); each brings every buffer back",
                  name ? name : "a kernel", index,

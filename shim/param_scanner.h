@@ -35,6 +35,12 @@ struct LaunchTarget {
   explicit operator bool() const { return handle != nullptr; }
 };
 
+// cuFuncGetParamInfo or cuKernelGetParamInfo, as the target is.
+CUresult targetParamInfo(const DriverApi& api, LaunchTarget target, size_t index, size_t* offset,
+                         size_t* size);
+// The driver's name for the target (cuFuncGetName or cuKernelGetName); nullptr if it has none.
+const char* targetName(const DriverApi& api, LaunchTarget target);
+
 // One layout per kernel, described once by the driver. Every launch asks, so each thread keeps
 // a small direct-mapped cache of the layouts it used in front of the shared map: a launch takes
 // no lock unless its kernel is new to the thread.

@@ -170,6 +170,36 @@ TEST_F(Kernels, KernelHandles) {
   EXPECT_EQ(Byte(0), 0x33);
 }
 
+// Host functions of different streams run one at a time, as the real driver runs them (an H200
+// held every stream's host functions behind a blocked one): a marker on another stream waits
+// for the blocked host function, and runs once it returns.
+TEST_F(Kernels, HostFunctionsOfDifferentStreamsRunOneAtATime) {
+  CUstream a = nullptr, b = nullptr;
+  ASSERT_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  OrderLog log;
+  struct Blocking {
+    OrderLog* log;
+    Gate* gate;
+    static void CUDA_CB HostFn(void* self) {
+      auto* blocking = static_cast<Blocking*>(self);
+      blocking->log->Mark("a");  // running, then held
+      blocking->gate->Wait();
+    }
+  } blocking{&log, &gate_};
+  ASSERT_CU(cuLaunchHostFunc(a, Blocking::HostFn, &blocking));
+  ASSERT_TRUE(log.WaitFor("a", kPositiveWait));
+  Marker marker{&log, "b"};
+  ASSERT_CU(cuLaunchHostFunc(b, Marker::HostFn, &marker));
+  EXPECT_FALSE(log.WaitFor("b", kNegativeWait)) << "b's host function ran beside a's";
+  gate_.Open();
+  EXPECT_TRUE(log.WaitFor("b", kPositiveWait));
+  ASSERT_CU(cuStreamSynchronize(a));
+  ASSERT_CU(cuStreamSynchronize(b));
+  ASSERT_CU(cuStreamDestroy(a));
+  ASSERT_CU(cuStreamDestroy(b));
+}
+
 TEST_F(Kernels, RuntimeLaunchRunsTheBodyWithArguments) {
   unsigned char* dst = buf_;
   int value = 0x42;

@@ -219,6 +219,17 @@ TEST(DeltaPlay, LaunchesThatCannotBeAnalysedKeepEveryTokenWithRecompute) {
     EXPECT_GT(shimmed.stat("unanalysed_launches"), 0u);
     EXPECT_GT(shimmed.stat("drops"), 0u) << shimmed.err;
   }
+  // The player's stubs as another runtime instance's (foreign-stubs): with --recompute the
+  // shim's launch interposer prepares each launch, and learns each kernel's function from the
+  // driver launch that follows its first. Only those first launches go unanalysed.
+  Outcome learnt = run({gPlay, "--recompute", "--iterations", "2", "--warmup", "1", trace},
+                       underShim({"DELTA_BUDGET=" + budget, "DELTA_POLICY=dtr",
+                                  "CUDASIM_DEVICE_MEMORY=16G", "CUDASIM_FAULTS=foreign-stubs"}));
+  ASSERT_EQ(learnt.status, 0) << learnt.out << learnt.err;
+  EXPECT_EQ(summary(learnt)["tokens"], summary(plain)["tokens"]);
+  EXPECT_NE(learnt.err.find("learnt from the driver's launch"), std::string::npos) << learnt.err;
+  EXPECT_GT(learnt.stat("unanalysed_launches"), 0u);
+  EXPECT_LT(learnt.stat("unanalysed_launches"), 64u) << "more than the synthetic net's kernels";
   std::remove(trace.c_str());
 }
 
