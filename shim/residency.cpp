@@ -131,8 +131,16 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   // simulated device: the Transformer as played, never short, ran 1.5 % slower for them).
   CUdeviceptr reusedAddress = 0;
   if (!quarantine_.empty()) reuseQuarantined(mapped, &reusedAddress, &adopted);
-  if (adopted == 0 && deviceBytes() + mapped > limitLocked() && !quarantine_.empty()) [[unlikely]]
+  if (adopted == 0 && deviceBytes() + mapped > roomLimitLocked() && !quarantine_.empty())
+      [[unlikely]]
     adoptQuarantined(mapped, &adopted, &adoptedAfter, &adoptedStream);
+  // Right after work that could not be analysed, while they keep coming, the next work is most
+  // likely one too, and needs this buffer with all the others: evicting for it frees nothing.
+  if (lastProgramWorkOpaque_ && unanalysedHoldBytes_ > 0 &&
+      policyLaunches_ < unanalysedHoldUntil_) [[unlikely]] {
+    unanalysedHoldBytes_ = std::max(unanalysedHoldBytes_, resident_ + foreignBytes_ + mapped);
+    stats_.unanalysedHoldBytes = std::max(stats_.unanalysedHoldBytes, unanalysedHoldBytes_);
+  }
   if (adopted == 0) {
     if (CUresult room = makeRoom(mapped, kNothing, now, 0); room != CUDA_SUCCESS) {
       freeIds_.push_back(id);
@@ -141,10 +149,17 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   }
   if (deviceBytes() + mapped > config_.budgetBytes) {
     stats_.overBudgetAllocations++;
-    DELTA_WARN_ONCE("an allocation of %llu MiB does not fit in DELTA_BUDGET even after evicting "
-                    "what the policy allows; allocating over budget (counted; DELTA_STRICT=1 "
-                    "makes this an out-of-memory error)",
-                    (unsigned long long)(mapped >> 20));
+    if (deviceBytes() + mapped <= roomLimitLocked())
+      DELTA_WARN_ONCE("an allocation of %llu MiB goes over DELTA_BUDGET because launches that "
+                      "cannot be analysed keep needing every buffer resident: memory evicted "
+                      "for it would come back at the next of them (counted; DELTA_STRICT=1 "
+                      "keeps the budget whatever it costs)",
+                      (unsigned long long)(mapped >> 20));
+    else
+      DELTA_WARN_ONCE("an allocation of %llu MiB does not fit in DELTA_BUDGET even after "
+                      "evicting what the policy allows; allocating over budget (counted; "
+                      "DELTA_STRICT=1 makes this an out-of-memory error)",
+                      (unsigned long long)(mapped >> 20));
   }
   CUdeviceptr address = reusedAddress;
   if (address != 0) {
@@ -1027,6 +1042,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   uint64_t missing = 0;
   for (uint32_t id : workingSet_)
     if (buffers_[id].state != State::kResident) missing += buffers_[id].mappedBytes;
+  bool countedOverBudget = false;
   CUresult result = CUDA_SUCCESS;
   if (missing > 0) {
     uint64_t workingBytes = 0;
@@ -1034,6 +1050,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
     result = makeRoom(missing, workingSet_, now, kernel);
     if (result != CUDA_SUCCESS) return result;  // strict: the caller fails the call
     if (deviceBytes() + missing > config_.budgetBytes) {
+      countedOverBudget = true;
       stats_.overBudgetLaunches++;
       if (trace)
         trace->overBudget(trace::OverBudgetRecord{static_cast<uint64_t>(now), kernel, workingBytes,
@@ -1067,6 +1084,9 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
       }
     }
   }
+  const bool opaque = work.kind == WorkInfo::Kind::kOpaque;
+  if (opaque) [[unlikely]] noteUnanalysedDemand(countedOverBudget, now, kernel);
+  if (tRecomputeDepth == 0 && work.program) lastProgramWorkOpaque_ = opaque;
   // What the work may write loses its host copy (a kernel may write whatever it reaches).
   for (size_t t = 0; t < count; ++t) {
     if (touches[t].kind == UseKind::kRead) continue;
@@ -1116,6 +1136,29 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   }
   hold(launchHeld, workingSet_, heldCounts_.get());
   return CUDA_SUCCESS;
+}
+
+void Residency::noteUnanalysedDemand(bool countedOverBudget, int64_t now, uint32_t kernel) {
+  // What the work holds: the pool and freed memory are not its need.
+  const uint64_t needed = resident_ + foreignBytes_;
+  if (needed <= config_.budgetBytes) return;
+  // Over the budget with nothing to bring back (held there since the last such work): still a
+  // launch that needs more than the budget.
+  if (!countedOverBudget) {
+    stats_.overBudgetLaunches++;
+    if (trace::TraceWriter* trace = trace_.load(std::memory_order_relaxed))
+      trace->overBudget(trace::OverBudgetRecord{static_cast<uint64_t>(now), kernel, needed,
+                                                config_.budgetBytes});
+  }
+  if (config_.strict) return;
+  if (policyLaunches_ >= unanalysedHoldUntil_) unanalysedHoldBytes_ = 0;
+  if (unanalysedHoldBytes_ == 0)
+    logVerbose(1, "launches that cannot be analysed need %llu MiB, over DELTA_BUDGET: evictions "
+               "make room under that while they keep coming",
+               (unsigned long long)(needed >> 20));
+  unanalysedHoldBytes_ = std::max(unanalysedHoldBytes_, needed);
+  unanalysedHoldUntil_ = policyLaunches_ + kUnanalysedHoldLaunches;
+  stats_.unanalysedHoldBytes = std::max(stats_.unanalysedHoldBytes, unanalysedHoldBytes_);
 }
 
 void Residency::tellPolicy(CUstream stream, const WorkInfo& work, int64_t now) {

@@ -21,7 +21,7 @@ using detail::thisThread;
 CUresult Residency::makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
                              uint32_t cause) {
   if (ceiling_ != UINT64_MAX) maybeRaiseCeiling(now);
-  if (evictUntil(bytes, limitLocked(), keep, now, cause)) return CUDA_SUCCESS;
+  if (evictUntil(bytes, roomLimitLocked(), keep, now, cause)) return CUDA_SUCCESS;
   // Strict mode fails what the budget cannot hold; below it, the device may still have room
   // that the ceiling, an estimate, does not count.
   if (!config_.strict || deviceBytes() + bytes <= config_.budgetBytes) return CUDA_SUCCESS;
@@ -603,7 +603,7 @@ void Residency::makeRoomAhead(int64_t now) {
   // is ahead of it), and an allocation takes it over at once (adoptQuarantined). Counted as
   // taken, it had buffers the replay keeps swapped ahead here: DenseNet-121 held a third of
   // its budget in such memory at 70 %/12 GB/s.
-  const uint64_t limit = limitLocked();
+  const uint64_t limit = roomLimitLocked();
   const uint64_t taken = resident_;
   const uint64_t room = limit > taken ? limit - taken : 0;
   if (need <= room + evictingBytes_) return;

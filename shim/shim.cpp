@@ -232,6 +232,11 @@ void Shim::printSummary() {
             (unsigned long long)s.foreignHandles, mib(s.foreignBytes), mib(s.foreignPeakBytes),
             (unsigned long long)s.programMappings, (unsigned long long)s.programPinned,
             (unsigned long long)s.programExtents, mib(s.peakDeviceBytes));
+  if (s.unanalysedHoldBytes > 0)
+    logLine("summary: launches that could not be analysed needed up to %llu MiB resident, over "
+            "the budget; while they came, evictions made room under that, not under the budget "
+            "(what they needed came back at each)",
+            mib(s.unanalysedHoldBytes));
   printAllocPathSummary();
   logLine("summary: %.3f s waiting for memory (the host: evictions, frees the device had not "
           "passed), %.3f s waiting for restores (the device, measured), %llu launches over "
@@ -246,7 +251,8 @@ void Shim::printSummary() {
           "ceiling_bytes=%llu pointer_tables=%llu evictions_ahead=%llu cancelled_evictions=%llu "
           "plans=%llu planning_ns=%llu plan_predicted_ns=%lld foreign_handles=%llu "
           "foreign_peak_bytes=%llu peak_device_bytes=%llu program_mappings=%llu "
-          "program_pinned=%llu restore_wait_ns=%llu adopted_frees=%llu reused_frees=%llu%s",
+          "program_pinned=%llu restore_wait_ns=%llu adopted_frees=%llu reused_frees=%llu "
+          "unanalysed_hold_bytes=%llu%s",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
           (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
@@ -263,7 +269,7 @@ void Shim::printSummary() {
           (unsigned long long)s.peakDeviceBytes, (unsigned long long)s.programMappings,
           (unsigned long long)s.programPinned, (unsigned long long)s.restoreWaitNs,
           (unsigned long long)s.adoptedFrees, (unsigned long long)s.reusedFrees,
-          allocPathStatsKeys().c_str());
+          (unsigned long long)s.unanalysedHoldBytes, allocPathStatsKeys().c_str());
 }
 
 }  // namespace delta::shim

@@ -328,6 +328,25 @@ TEST_F(Kernels, ParamInfoFollowsRegisteredSizes) {
   EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuFuncGetParamInfo(f, 6, &offset, &size));
 }
 
+// CUDASIM_FAULTS=paraminfo-fail[=TEXT]: no kernel's parameters can be read, or only those of
+// kernels whose name contains TEXT (some kernels of a job opaque to a tool, the rest not).
+TEST_F(Kernels, ParamInfoFaultForEveryKernelOrByName) {
+  CUfunction fill = Func(reinterpret_cast<const void*>(&fill_stub));
+  CUfunction mixed = Func(reinterpret_cast<const void*>(&mixed_stub));
+  size_t offset = 0, size = 0;
+  ASSERT_EQ(cudasimSetFaults("paraminfo-fail=mixed"), nullptr);
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_SUPPORTED, cuFuncGetParamInfo(mixed, 0, &offset, &size));
+  EXPECT_CU(cuFuncGetParamInfo(fill, 0, &offset, &size));
+  EXPECT_NE(cudasimSetFaults("paraminfo-fail="), nullptr);  // refused: the plan stays
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_SUPPORTED, cuFuncGetParamInfo(mixed, 0, &offset, &size));
+  ASSERT_EQ(cudasimSetFaults("paraminfo-fail"), nullptr);
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_SUPPORTED, cuFuncGetParamInfo(fill, 0, &offset, &size));
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_SUPPORTED, cuFuncGetParamInfo(mixed, 0, &offset, &size));
+  ASSERT_EQ(cudasimSetFaults(""), nullptr);
+  EXPECT_CU(cuFuncGetParamInfo(fill, 0, &offset, &size));
+  EXPECT_CU(cuFuncGetParamInfo(mixed, 0, &offset, &size));
+}
+
 TEST_F(Kernels, RuntimeParamInfo) {
   size_t offset = 0, size = 0;
   ASSERT_RT(cudaFuncGetParamInfo(reinterpret_cast<const void*>(&mixed_stub), 4, &offset, &size));

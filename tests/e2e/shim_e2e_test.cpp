@@ -173,6 +173,39 @@ TEST(ShimEndToEnd, KernelsOfAnotherRuntimeAreLearntFromTheirDriverLaunch) {
   EXPECT_LT(learnt.stat("over_budget_launches"), blind.stat("over_budget_launches"));
 }
 
+// A launch that cannot be analysed brings every buffer back, so while such launches keep
+// coming, what is evicted between two of them only comes back at the second: the shim then
+// evicts under what they need, not under the budget, and the steady iterations move nothing
+// (before, each iteration evicted and restored the same buffers: every kernel opaque, 18 then
+// 72 evictions in 3 and 12 iterations; its linear layers only, the same). Once such launches
+// stop (another runtime's kernels, learnt from their first launch), the budget binds again:
+// what ran over it stays in the first iteration.
+TEST(ShimEndToEnd, WhatLaunchesThatCannotBeAnalysedBringBackIsNotEvictedAgainAndAgain) {
+  Outcome plainLong = run(workload("64M", 12), {});
+  ASSERT_EQ(plainLong.status, 0) << plainLong.err;
+  for (const char* fault : {"paraminfo-fail", "paraminfo-fail=linear", "paraminfo-fail=softsign"}) {
+    SCOPED_TRACE(fault);
+    const std::vector<std::string> env = underShim({"DELTA_BUDGET=40M", std::string("CUDASIM_FAULTS=") + fault});
+    Outcome brief = run(workload("64M"), env);
+    Outcome longer = run(workload("64M", 12), env);
+    expectSameResultsWithinBudget(brief, baseline("64M"), 40 * kMiB);
+    expectSameResultsWithinBudget(longer, plainLong, 40 * kMiB);
+    EXPECT_GT(longer.stat("unanalysed_launches"), brief.stat("unanalysed_launches"));
+    EXPECT_LE(longer.stat("evictions"), brief.stat("evictions") + 2) << longer.err;
+    EXPECT_GT(longer.stat("unanalysed_hold_bytes"), 40 * kMiB);
+    EXPECT_NE(longer.err.find("evictions made room under that"), std::string::npos) << longer.err;
+  }
+  const std::vector<std::string> env = underShim({"DELTA_BUDGET=40M", "CUDASIM_FAULTS=foreign-stubs"});
+  Outcome brief = run(workload("64M"), env);
+  Outcome longer = run(workload("64M", 12), env);
+  expectSameResultsWithinBudget(brief, baseline("64M"), 40 * kMiB);
+  expectSameResultsWithinBudget(longer, plainLong, 40 * kMiB);
+  EXPECT_EQ(longer.stat("unanalysed_launches"), brief.stat("unanalysed_launches"));
+  EXPECT_EQ(longer.stat("over_budget_launches"), brief.stat("over_budget_launches"));
+  EXPECT_EQ(longer.stat("over_budget_allocations"), brief.stat("over_budget_allocations"));
+  EXPECT_GT(longer.stat("evictions"), brief.stat("evictions") + 9) << "the budget binds again";
+}
+
 TEST(ShimEndToEnd, RuntimeDomainCallbacksAloneAreEnough) {
   // A real driver may raise no driver-domain callback for the runtime's own driver calls.
   Outcome shimmed = run(workload("64M"),

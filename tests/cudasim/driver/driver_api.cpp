@@ -1832,7 +1832,7 @@ CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* 
     REQUIRE(initialized());
     const Function* function = kernels().find(func);
     if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    if (faults().paramInfoFail.load(std::memory_order_relaxed)) return CUDA_ERROR_NOT_SUPPORTED;
+    if (faults().paramInfoFails(function->name)) return CUDA_ERROR_NOT_SUPPORTED;
     if (paramIndex >= function->sizes.size()) return CUDA_ERROR_INVALID_VALUE;
     if (paramOffset) *paramOffset = function->offsets[paramIndex];
     if (paramSize) *paramSize = function->sizes[paramIndex];
@@ -1872,8 +1872,8 @@ CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t
     REQUIRE(initialized());
     const Kernel* found = kernels().findKernel(kernel);
     if (found == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    if (faults().paramInfoFail.load(std::memory_order_relaxed)) return CUDA_ERROR_NOT_SUPPORTED;
     const Function& function = *found->function;
+    if (faults().paramInfoFails(function.name)) return CUDA_ERROR_NOT_SUPPORTED;
     if (paramIndex >= function.sizes.size()) return CUDA_ERROR_INVALID_VALUE;
     if (paramOffset) *paramOffset = function.offsets[paramIndex];
     if (paramSize) *paramSize = function.sizes[paramIndex];

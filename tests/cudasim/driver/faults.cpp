@@ -15,7 +15,7 @@ constexpr const char* kAccepted =
     "expected a comma-separated list of memcreate-fail-after=N[:K], device-taken=SIZE, "
     "copy-fail-after=N[:K], htod-fail-after=N[:K], dtoh-fail-after=N[:K], slow-stream-us=U, "
     "slow-copy-us=U, hostalloc-fail-after=N[:K], pinned-limit=SIZE, cupti-subscribe-fail, "
-    "cupti-enable-fail, paraminfo-fail, foreign-stubs";
+    "cupti-enable-fail, paraminfo-fail[=TEXT], foreign-stubs";
 
 // The parsed form of a spec, applied to the atomics of Faults only once all of it is valid.
 struct CallPlan {
@@ -32,6 +32,7 @@ struct Plan {
   bool cuptiSubscribeFail = false;
   bool cuptiEnableFail = false;
   bool paramInfoFail = false;
+  std::string paramInfoFailText;  // empty: every kernel
   bool foreignStubs = false;
 };
 
@@ -127,6 +128,14 @@ std::string parseItem(std::string_view item, Plan& plan) {
     (name == "cupti-subscribe-fail" ? plan.cuptiSubscribeFail : plan.cuptiEnableFail) = true;
     return {};
   }
+  if (name == "paraminfo-fail" && hasValue) {
+    if (value.empty())
+      return "'" + std::string(item) + "': expected paraminfo-fail or paraminfo-fail=TEXT, part "
+             "of the names of the kernels whose parameters cannot be read";
+    plan.paramInfoFail = true;
+    plan.paramInfoFailText = std::string(value);
+    return {};
+  }
   if (name == "paraminfo-fail" || name == "foreign-stubs") {
     if (hasValue) return "'" + std::string(item) + "': " + std::string(name) + " takes no value";
     (name == "paraminfo-fail" ? plan.paramInfoFail : plan.foreignStubs) = true;
@@ -168,6 +177,10 @@ void apply(const Plan& plan, Faults& faults) {
   faults.slowCopyUs.store(plan.slowCopyUs);
   faults.cuptiSubscribeFail.store(plan.cuptiSubscribeFail);
   faults.cuptiEnableFail.store(plan.cuptiEnableFail);
+  // The text first: a reader that sees the fault on sees its text.
+  faults.paramInfoFailText.store(
+      plan.paramInfoFailText.empty() ? nullptr : new std::string(plan.paramInfoFailText),
+      std::memory_order_release);
   faults.paramInfoFail.store(plan.paramInfoFail);
   faults.foreignStubs.store(plan.foreignStubs);
 }

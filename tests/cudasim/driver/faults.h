@@ -28,10 +28,11 @@
 //   cupti-subscribe-fail        cuptiSubscribe fails with CUPTI_ERROR_NOT_INITIALIZED
 //   cupti-enable-fail           cuptiEnableCallback/Domain/AllDomains fail with
 //                               CUPTI_ERROR_NOT_INITIALIZED
-//   paraminfo-fail              cuFuncGetParamInfo and cuKernelGetParamInfo fail with
+//   paraminfo-fail[=TEXT]       cuFuncGetParamInfo and cuKernelGetParamInfo fail with
 //                               CUDA_ERROR_NOT_SUPPORTED: no kernel's parameters can be read
 //                               (as for a kernel a tool cannot describe), so no launch can be
-//                               analysed
+//                               analysed; with TEXT, only for kernels whose name contains it
+//                               (some kernels of a job opaque, the rest not)
 //   foreign-stubs               cudaGetFuncBySymbol fails for every symbol, as for the stubs of
 //                               a runtime linked statically into a library (cuBLAS, cuDNN):
 //                               launches still run, and their driver calls name the function
@@ -75,7 +76,16 @@ struct Faults {
   std::atomic<bool> cuptiSubscribeFail{false};
   std::atomic<bool> cuptiEnableFail{false};
   std::atomic<bool> paramInfoFail{false};
+  // With paramInfoFail: only kernels whose name contains this (nullptr: every kernel). Never
+  // freed, so that a reader racing a new plan reads a string that still exists.
+  std::atomic<const std::string*> paramInfoFailText{nullptr};
   std::atomic<bool> foreignStubs{false};
+
+  bool paramInfoFails(const std::string& kernelName) const {
+    if (!paramInfoFail.load(std::memory_order_relaxed)) return false;
+    const std::string* text = paramInfoFailText.load(std::memory_order_acquire);
+    return text == nullptr || kernelName.find(*text) != std::string::npos;
+  }
 };
 
 // The plan in force: CUDASIM_FAULTS, parsed at the first call (a bad value ends the process).
