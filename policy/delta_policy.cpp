@@ -288,6 +288,7 @@ MeasuredOutcomes DeltaPolicy::measuredOutcomes() const {
   for (std::uint32_t c = 0; c < kSwapClasses; ++c) m.swap[c] = sums(swap_outcome_[c]);
   m.recompute = sums(recompute_outcome_);
   m.urgent_price = sums(urgent_price_);
+  m.recent_load_ns = recentLoadNs(now_ns_);
   return m;
 }
 
@@ -297,6 +298,13 @@ void DeltaPolicy::adoptOutcomes(const MeasuredOutcomes& m) {
   for (std::uint32_t c = 0; c < kSwapClasses; ++c) adopt(swap_outcome_[c], m.swap[c]);
   adopt(recompute_outcome_, m.recompute);
   adopt(urgent_price_, m.urgent_price);
+  // So does the link's load: the old mode's restores priced the new mode's first evictions
+  // ahead as queued behind them (a tree-rnn at 30 %, 12 GB/s: 337 ms of load left by a mixed
+  // first iteration, against 147 in the planned swap-only's own; every eviction ahead looked
+  // dearer than an urgent one, so none was made, and that iteration ran at 226 % overhead
+  // where the next ran at 85).
+  recent_ns_ = m.recent_load_ns;
+  recent_at_ns_ = now_ns_;
 }
 
 double DeltaPolicy::rankKey(BufferId id, const BufferState& state) const {

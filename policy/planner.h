@@ -68,6 +68,9 @@ struct MeasuredOutcomes {
   Sums swap[kSwapClasses];
   Sums recompute;
   Sums urgent_price;  // expected_ns holds bytes: the urgent victims' cost per byte
+  // The link time of the restores started over about the last iteration (decayed): what an
+  // eviction's copy back is priced to queue behind.
+  double recent_load_ns = 0;
 };
 
 // How a candidate's replay reaches its mode: run as configured while the iteration is learned,

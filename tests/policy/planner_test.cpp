@@ -327,8 +327,8 @@ TEST(DeltaPlanning, WhatThePlannerPredictedIsWhatTheIterationsAfterItCost) {
 
 TEST(DeltaPlanning, ANewModeStartsWhereItsReplayedIterationStarted) {
   // What delta learned and measured while learning the iteration describes the old mode. At a
-  // switch of mode it takes the times and the measured costs of the new mode's replay; at a
-  // change of window alone it keeps its own and learns the next iteration again.
+  // switch of mode it takes the times, the measured costs and the link's load of the new mode's
+  // replay; at a change of window alone it keeps its own and learns the next iteration again.
   struct Case {
     int layers;
     std::uint64_t act_bytes;
@@ -369,6 +369,9 @@ TEST(DeltaPlanning, ANewModeStartsWhereItsReplayedIterationStarted) {
       EXPECT_EQ(now.recompute.expected_ns, plan.outcomes.recompute.expected_ns);
       EXPECT_EQ(now.urgent_price.waited_ns, plan.outcomes.urgent_price.waited_ns);
       EXPECT_EQ(now.urgent_price.expected_ns, plan.outcomes.urgent_price.expected_ns);
+      // The link's recent load too: the old mode's restores are not the new mode's queue.
+      EXPECT_GT(plan.outcomes.recent_load_ns, 0.0);
+      EXPECT_DOUBLE_EQ(now.recent_load_ns, plan.outcomes.recent_load_ns);
     } else {
       EXPECT_EQ(learned.durationNs(), first.total_ns);  // the real iteration's times
       EXPECT_NE(learned.durationNs(), plan.learned_offsets_ns.back());
