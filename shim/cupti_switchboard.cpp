@@ -252,20 +252,16 @@ LaunchTarget lookupTargetLocked(const void* symbol, const char* name) {
   return it->second;
 }
 
+// `failable`: called by a launch interposer, which fails the call on an error (CUPTI cannot).
 CUresult launch(LaunchTarget target, CUstream stream, bool perThread, void** params,
                 void** extra, const char* name, const uint32_t grid[3] = nullptr,
-                const uint32_t block[3] = nullptr) {
+                const uint32_t block[3] = nullptr, bool failable = false) {
   Context& c = *gContext;
-  if (!target) {
-    c.residency->prepareEverything(stream, perThread);
-    return CUDA_SUCCESS;
-  }
+  if (!target) return c.residency->prepareEverything(stream, perThread, failable);
   const ParamLayout& layout = c.layouts.layout(*c.api, target);
   tCandidates.clear();
-  if (!scanParams(layout, params, extra, [](uint64_t value) { tCandidates.push_back(value); })) {
-    c.residency->prepareEverything(stream, perThread);
-    return CUDA_SUCCESS;
-  }
+  if (!scanParams(layout, params, extra, [](uint64_t value) { tCandidates.push_back(value); }))
+    return c.residency->prepareEverything(stream, perThread, failable);
   Residency::Touch touch;
   touch.pointers = tCandidates.data();
   touch.pointerCount = tCandidates.size();
@@ -273,6 +269,7 @@ CUresult launch(LaunchTarget target, CUstream stream, bool perThread, void** par
   WorkInfo work;
   work.kind = WorkInfo::Kind::kKernel;
   work.name = name;
+  work.failable = failable;
   for (int i = 0; i < 3; ++i) {
     work.grid[i] = grid ? grid[i] : 0;
     work.block[i] = block ? block[i] : 0;
@@ -496,8 +493,10 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data, CUpti_Cal
       if (c == nullptr) return;
       const CUstream stream =
           work == Work::kCopy2DAsync ? as<cuMemcpy2DAsync_v2_params>(p).hStream : nullptr;
-      if (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY)
-        return gContext->residency->prepareEverything(stream, perThread);
+      if (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+        gContext->residency->prepareEverything(stream, perThread);
+        return;
+      }
       auto at = [](CUmemorytype type, const void* host, CUdeviceptr device, size_t x, size_t y,
                    size_t pitch) {
         const uint64_t base = type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uint64_t>(host) : device;
@@ -540,7 +539,8 @@ void handle(Work work, bool perThread, const CUpti_CallbackData& data, CUpti_Cal
     }
     case Work::kOpaque:
       // Graph launches and the copy forms not analysed here: everything comes back.
-      return gContext->residency->prepareEverything(opaqueStream(domain, cbid, p), perThread);
+      gContext->residency->prepareEverything(opaqueStream(domain, cbid, p), perThread);
+      return;
   }
 }
 
@@ -549,6 +549,7 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
   if (insideShim() || gContext == nullptr) return;
   const auto& data = *static_cast<const CUpti_CallbackData*>(callbackData);
   if (data.callbackSite == CUPTI_API_EXIT) {
+    Residency::takeStrictOverrun();  // the call is done: no interposer of it is still to come
     // The runtime launch returns without the driver launch it was expected to make.
     if (tUnknownStub != nullptr && data.correlationId == tUnknownStubCorrelation &&
         domain == CUPTI_CB_DOMAIN_RUNTIME_API && tUnknownStubDepth == tProgramCallDepth)
@@ -631,7 +632,10 @@ CUresult prepareLaunch(LaunchTarget target, CUstream stream, bool perThread, voi
     ReentryGuard guard;
     name = targetName(*gContext->api, target);
   }
-  CUresult result = launch(target, stream, perThread, params, extra, name);
+  CUresult result = launch(target, stream, perThread, params, extra, name, nullptr, nullptr, true);
+  // Strict: the runtime call this driver launch belongs to was prepared over the budget by its
+  // CUPTI callback, which could not fail it; this interposer can.
+  if (result == CUDA_SUCCESS && Residency::takeStrictOverrun()) result = CUDA_ERROR_OUT_OF_MEMORY;
   if (result != CUDA_SUCCESS) gContext->residency->releaseHeld();  // no scope will follow
   return result;
 }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -49,6 +50,10 @@ void hold(HeldLaunch& launch, const std::vector<uint32_t>& ids, std::atomic<uint
 thread_local char tThreadToken;
 constexpr int kMaxLinkDepth = 4;
 
+// Set when strict mode had to run work over the budget because the call could not be failed
+// where it was prepared (a CUPTI callback): a launch interposer the same call then reaches fails
+// it (Residency::takeStrictOverrun).
+thread_local bool tStrictOverrun = false;
 thread_local int tRecomputeDepth = 0;  // detail::recomputeDepth()
 
 }  // namespace
@@ -1048,7 +1053,17 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
     uint64_t workingBytes = 0;
     for (uint32_t id : workingSet_) workingBytes += buffers_[id].mappedBytes;
     result = makeRoom(missing, workingSet_, now, kernel);
-    if (result != CUDA_SUCCESS) return result;  // strict: the caller fails the call
+    if (result != CUDA_SUCCESS) {  // strict mode, and the budget cannot hold the working set
+      if (work.failable) return result;  // the caller fails the call
+      // Nothing can stop this work, and on memory that is not there the device faults.
+      DELTA_WARN_ONCE("DELTA_STRICT=1: %s needs more than DELTA_BUDGET where only CUPTI sees it, "
+                      "which cannot fail a call: its buffers come back over the budget (counted), "
+                      "and the call fails only if it reaches the shim's cudaLaunchKernel or "
+                      "cuLaunchKernel",
+                      what);
+      tStrictOverrun = true;
+      result = CUDA_SUCCESS;
+    }
     if (deviceBytes() + missing > config_.budgetBytes) {
       countedOverBudget = true;
       stats_.overBudgetLaunches++;
@@ -1238,7 +1253,9 @@ void Residency::releaseHeld() {
   held.clear();
 }
 
-void Residency::prepareEverything(CUstream stream, bool perThreadStream) {
+bool Residency::takeStrictOverrun() { return std::exchange(tStrictOverrun, false); }
+
+CUresult Residency::prepareEverything(CUstream stream, bool perThreadStream, bool failable) {
   std::vector<uint64_t> all;
   {
     std::lock_guard lock(mutex_);
@@ -1252,7 +1269,8 @@ void Residency::prepareEverything(CUstream stream, bool perThreadStream) {
   WorkInfo work;
   work.kind = WorkInfo::Kind::kOpaque;
   work.name = "a launch that cannot be analysed";
-  prepare(stream, perThreadStream, &touch, 1, work);
+  work.failable = failable;
+  return prepare(stream, perThreadStream, &touch, 1, work);
 }
 
 bool Residency::pin(CUdeviceptr address, bool pinned) {

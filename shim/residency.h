@@ -169,6 +169,10 @@ struct WorkInfo {
   // False for a use of the shim's own (a dropped buffer regenerated before its hook goes):
   // prepared like any, but no launch of the program's iteration, so not told to the policy.
   bool program = true;
+  // The caller can fail the call (a launch interposer): in strict mode a working set the budget
+  // cannot hold fails it. Otherwise (CUPTI only watches the call) the work runs whatever the
+  // shim returns, so its buffers are brought back all the same, over the budget.
+  bool failable = false;
 };
 
 // What a launch, copy or memset is about to touch.
@@ -231,7 +235,11 @@ class Residency {
   void releaseHeld();
   // A launch that could not be analysed: every evicted buffer is brought back (over budget
   // if it must be) so that whatever it touches is there.
-  void prepareEverything(CUstream stream, bool perThreadStream);
+  CUresult prepareEverything(CUstream stream, bool perThreadStream, bool failable = false);
+  // Whether work this thread prepared since the last call ran over the budget in strict mode
+  // because it could not be failed there (WorkInfo::failable); clears it. A launch interposer
+  // reached by the same call fails it then: its buffers are there, but the call does not run.
+  static bool takeStrictOverrun();
 
   // Physical memory the program makes itself with cuMemCreate and maps where it chooses (a
   // framework's own virtual memory: PyTorch's expandable segments). framework_memory.cpp and

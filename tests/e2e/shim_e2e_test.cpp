@@ -206,6 +206,26 @@ TEST(ShimEndToEnd, WhatLaunchesThatCannotBeAnalysedBringBackIsNotEvictedAgainAnd
   EXPECT_GT(longer.stat("evictions"), brief.stat("evictions") + 9) << "the budget binds again";
 }
 
+// Strict mode fails what the budget cannot hold, but never by leaving a kernel to run on
+// memory that is not there. A launch that cannot be analysed failed its preparation and was
+// then made all the same, its evicted buffers unmapped (cudasim: illegal address). A launch
+// through a kernel handle (CUDA 13's <<<>>>) is prepared by CUPTI, which cannot fail it: its
+// buffers come back over the budget, and the driver launch interposer it reaches next fails it.
+TEST(ShimEndToEnd, StrictModeNeverRunsAKernelOnMissingMemory) {
+  for (const char* fault : {"", "paraminfo-fail", "foreign-stubs"}) {
+    for (bool handles : {false, true}) {
+      SCOPED_TRACE(std::string(fault) + (handles ? " with kernel handles" : ""));
+      std::vector<std::string> argv = workload("64M");
+      if (handles) argv.push_back("--kernel-handles");
+      Outcome shimmed = run(argv, underShim({"DELTA_BUDGET=24M", "DELTA_STRICT=1",
+                                             std::string("CUDASIM_FAULTS=") + fault}));
+      EXPECT_EQ(shimmed.status, 1) << shimmed.err;
+      EXPECT_NE(shimmed.err.find("out of memory"), std::string::npos) << shimmed.err;
+      EXPECT_EQ(shimmed.err.find("illegal address"), std::string::npos) << shimmed.err;
+    }
+  }
+}
+
 TEST(ShimEndToEnd, RuntimeDomainCallbacksAloneAreEnough) {
   // A real driver may raise no driver-domain callback for the runtime's own driver calls.
   Outcome shimmed = run(workload("64M"),

@@ -923,23 +923,43 @@ TEST(ResidencyUnanalysed, TheBudgetBindsAgainOnceSuchWorkStopsComing) {
   EXPECT_EQ(r->stats().overBudgetAllocations, overAllocations);
 }
 
-TEST(ResidencyUnanalysed, StrictModeKeepsTheBudgetWhateverItCosts) {
-  policy::PolicyConfig config;
-  config.max_buffers = 1u << 18;
-  ResidencyConfig residencyConfig;
-  residencyConfig.budgetBytes = 4 * kBuffer;
-  residencyConfig.hostLimitBytes = 1ull << 30;
-  residencyConfig.prefetch = false;
-  residencyConfig.strict = true;
-  Residency r(fakeDriver(), residencyConfig, policy::makePolicy("lru", config).policy, kBuffer);
-  allocate(r, 5);  // one evicted
-  r.prepareEverything(kStream, false);  // cannot be made to fit: it fails, nothing comes back
-  r.releaseHeld();
-  fakeDriverLog().reset(true);
-  allocate(r, 1);
-  EXPECT_EQ(fakeDriverLog().copiedOut.size(), 1u);
-  EXPECT_EQ(r.stats().unanalysedHoldBytes, 0u);
-  EXPECT_EQ(r.stats().overBudgetAllocations, 0u);
+// Strict mode: no hold. Work a launch interposer prepares (failable) fails; work only CUPTI
+// sees cannot be failed and runs anyway, so its buffers come back over the budget (counted),
+// and a launch interposer the same call reaches later fails it.
+TEST(ResidencyUnanalysed, StrictModeKeepsTheBudgetAndNeverLeavesWorkOnMissingMemory) {
+  for (bool failable : {true, false}) {
+    SCOPED_TRACE(failable ? "failable" : "seen by CUPTI only");
+    policy::PolicyConfig config;
+    config.max_buffers = 1u << 18;
+    ResidencyConfig residencyConfig;
+    residencyConfig.budgetBytes = 4 * kBuffer;
+    residencyConfig.hostLimitBytes = 1ull << 30;
+    residencyConfig.prefetch = false;
+    residencyConfig.strict = true;
+    Residency r(fakeDriver(), residencyConfig, policy::makePolicy("lru", config).policy, kBuffer);
+    allocate(r, 5);  // one evicted
+    fakeDriverLog().reset(true);
+    EXPECT_FALSE(Residency::takeStrictOverrun());
+    const CUresult prepared = r.prepareEverything(kStream, false, failable);
+    r.releaseHeld();
+    if (failable) {
+      EXPECT_EQ(prepared, CUDA_ERROR_OUT_OF_MEMORY);
+      EXPECT_TRUE(fakeDriverLog().copiedIn.empty());  // nothing came back
+      EXPECT_FALSE(Residency::takeStrictOverrun());
+      EXPECT_EQ(r.stats().overBudgetLaunches, 0u);
+    } else {
+      EXPECT_EQ(prepared, CUDA_SUCCESS);
+      EXPECT_EQ(fakeDriverLog().copiedIn.size(), 1u);  // back, over the budget
+      EXPECT_TRUE(Residency::takeStrictOverrun());
+      EXPECT_FALSE(Residency::takeStrictOverrun());  // taken once
+      EXPECT_EQ(r.stats().overBudgetLaunches, 1u);
+    }
+    fakeDriverLog().reset(true);
+    allocate(r, 1);  // no hold: evicts under the budget
+    EXPECT_EQ(fakeDriverLog().copiedOut.size(), failable ? 1u : 2u);
+    EXPECT_EQ(r.stats().unanalysedHoldBytes, 0u);
+    EXPECT_EQ(r.stats().overBudgetAllocations, 0u);
+  }
 }
 
 }  // namespace
