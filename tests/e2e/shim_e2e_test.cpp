@@ -311,12 +311,18 @@ TEST(ShimEndToEnd, PrefetchingIsOptionalAndBitExactEitherWay) {
   // Eight iterations: what delta learns here is timed by the host (the kernels declare no
   // device time), and on a loaded machine three iterations left it, now and then, nothing
   // to prefetch in time (0 prefetches in 2 of 8 runs beside three busy loops; with eight
-  // iterations, at least 7 in every run).
+  // iterations, at least 7 in every run, but 0 once in a full suite run beside other jobs).
+  // Whether a prefetch is in time depends on the host's timing; that prefetching happens at
+  // all does not: up to three runs, each of them bit-exact.
   const std::vector<std::string> job = deepWorkload("64M", 8, 1, 8);
   Outcome plain = run(job, {});
-  Outcome with = run(job, underShim({"DELTA_BUDGET=21M"}));
+  Outcome with;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    with = run(job, underShim({"DELTA_BUDGET=21M"}));
+    expectSameResultsWithinBudget(with, plain, 21 * kMiB);
+    if (with.stat("prefetches") > 0) break;
+  }
   Outcome without = run(job, underShim({"DELTA_BUDGET=21M", "DELTA_PREFETCH=0"}));
-  expectSameResultsWithinBudget(with, plain, 21 * kMiB);
   expectSameResultsWithinBudget(without, plain, 21 * kMiB);
   EXPECT_GT(with.stat("prefetches"), 0u) << "the delta policy learns this loop's pattern";
   EXPECT_EQ(without.stat("prefetches"), 0u);
