@@ -141,9 +141,9 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
     adoptQuarantined(mapped, &adopted, &adoptedAfter, &adoptedStream);
   // Right after work that could not be analysed, while they keep coming, the next work is most
   // likely one too, and needs this buffer with all the others: evicting for it frees nothing.
-  if (lastProgramWorkOpaque_ && unanalysedHoldBytes_ > 0 &&
-      policyLaunches_ < unanalysedHoldUntil_) [[unlikely]] {
-    unanalysedHoldBytes_ = std::max(unanalysedHoldBytes_, resident_ + foreignBytes_ + mapped);
+  if (lastProgramWorkOpaque_ && policyLaunches_ < unanalysedHoldUntil_ &&
+      deviceBytes() + mapped > std::max(limitLocked(), unanalysedHoldBytes_)) [[unlikely]] {
+    unanalysedHoldBytes_ = deviceBytes() + mapped;
     stats_.unanalysedHoldBytes = std::max(stats_.unanalysedHoldBytes, unanalysedHoldBytes_);
   }
   if (adopted == 0) {
@@ -1154,6 +1154,12 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
 }
 
 void Residency::noteUnanalysedDemand(bool countedOverBudget, int64_t now, uint32_t kernel) {
+  if (!config_.strict) {
+    // Such work keeps coming: an allocation right after it is taken as needed by the next
+    // (allocate), over the budget or not yet.
+    if (policyLaunches_ >= unanalysedHoldUntil_) unanalysedHoldBytes_ = 0;
+    unanalysedHoldUntil_ = policyLaunches_ + kUnanalysedHoldLaunches;
+  }
   // What the work holds: the pool and freed memory are not its need.
   const uint64_t needed = resident_ + foreignBytes_;
   if (needed <= config_.budgetBytes) return;
@@ -1166,13 +1172,11 @@ void Residency::noteUnanalysedDemand(bool countedOverBudget, int64_t now, uint32
                                                 config_.budgetBytes});
   }
   if (config_.strict) return;
-  if (policyLaunches_ >= unanalysedHoldUntil_) unanalysedHoldBytes_ = 0;
   if (unanalysedHoldBytes_ == 0)
     logVerbose(1, "launches that cannot be analysed need %llu MiB, over DELTA_BUDGET: evictions "
                "make room under that while they keep coming",
                (unsigned long long)(needed >> 20));
   unanalysedHoldBytes_ = std::max(unanalysedHoldBytes_, needed);
-  unanalysedHoldUntil_ = policyLaunches_ + kUnanalysedHoldLaunches;
   stats_.unanalysedHoldBytes = std::max(stats_.unanalysedHoldBytes, unanalysedHoldBytes_);
 }
 

@@ -778,9 +778,10 @@ class Residency {
   // budget it runs over it whatever was evicted before. Memory evicted between two such
   // launches comes back at the second: it lowers no peak and costs a copy or a recompute each
   // way (the LSTM at 50 %, every launch opaque: 18.6 s an iteration against 0.77). So while
-  // they keep coming, evictions make room only under what the last of them needed, and the
-  // budget binds again once none has come for kUnanalysedHoldLaunches of the program's calls.
-  // Not in strict mode, where the budget is never exceeded.
+  // they keep coming (one within the last kUnanalysedHoldLaunches of the program's calls),
+  // evictions make room only under what they needed, and an allocation right after one is
+  // taken as needed by the next (held, not evicted for); the budget binds again once none has
+  // come for that long. Not in strict mode, where the budget is never exceeded.
   uint64_t unanalysedHoldBytes_ = 0;
   uint64_t unanalysedHoldUntil_ = 0;  // policyLaunches_ at which the hold lapses
   bool lastProgramWorkOpaque_ = false;

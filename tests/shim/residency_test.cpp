@@ -602,12 +602,15 @@ struct ChainLink {
   Residency* residency;
   CUdeviceptr input;
   CUdeviceptr output;
+  bool opaque = false;  // the producer's launch cannot be analysed: it "touches" every buffer
 };
 
 int rerunProducer(void* context, void*, size_t, void* stream) {
   const auto& link = *static_cast<const ChainLink*>(context);
-  if (prepare(*link.residency, static_cast<CUstream>(stream), {link.input, link.output}) != CUDA_SUCCESS)
-    return -1;
+  const CUresult prepared =
+      link.opaque ? link.residency->prepareEverything(static_cast<CUstream>(stream), false)
+                  : prepare(*link.residency, static_cast<CUstream>(stream), {link.input, link.output});
+  if (prepared != CUDA_SUCCESS) return -1;
   link.residency->releaseHeld();
   return 0;
 }
@@ -665,6 +668,31 @@ TEST(ResidencyRecompute, AChainOfDroppedResultsIsRegeneratedWithinTheBudget) {
     EXPECT_EQ(r->stats().overBudgetLaunches, 0u);
     EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
     EXPECT_LE(r->stats().peakResidentBytes, 4 * kBuffer);
+  }
+}
+
+TEST(ResidencyRecompute, WorkThatCannotBeAnalysedRegeneratesEveryDroppedResultWithoutNesting) {
+  // Dropped results whose producers' launches cannot be analysed, then work that cannot be
+  // analysed either: it needs every dropped result, and each regeneration's own launch "touches"
+  // every buffer too. Nested into one another, each would need every other pending one first,
+  // until the depth limit failed a call (an H200 run of opaque launches crashed so). Instead
+  // the opaque work takes the pending results' memory and the outer regeneration fills them,
+  // oldest first: one level, every result back, no failure.
+  for (int length : {9, 80}) {  // 80: more than the nesting limit (64) would allow
+    SCOPED_TRACE(length);
+    auto r = residencyFor(4 * kBuffer, "recompute-only");
+    Chain chain;
+    ASSERT_NO_FATAL_FAILURE(computeChain(*r, length, chain));
+    for (auto& link : chain.links) link->opaque = true;
+    int dropped = 0;
+    for (int k = 1; k <= length; ++k) dropped += r->isDropped(chain.x[static_cast<size_t>(k)]) == 1;
+    ASSERT_GE(dropped, 3) << "the chain was not dropped";
+    const uint64_t recomputes = r->stats().recomputes;
+    EXPECT_EQ(r->prepareEverything(kStream, false), CUDA_SUCCESS);
+    r->releaseHeld();
+    EXPECT_EQ(r->stats().recomputes - recomputes, static_cast<uint64_t>(dropped));
+    EXPECT_EQ(r->stats().recomputeFailures, 0u);
+    for (int k = 1; k <= length; ++k) EXPECT_EQ(r->isDropped(chain.x[static_cast<size_t>(k)]), 0) << k;
   }
 }
 
@@ -903,6 +931,25 @@ TEST(ResidencyUnanalysed, WhileSuchWorkKeepsComingNothingIsEvictedThatItWouldBri
     allocate(*r, 1);
     EXPECT_EQ(fakeDriverLog().copiedOut.size(), 1u);
   }
+}
+
+TEST(ResidencyUnanalysed, AnAllocationRightAfterSuchWorkIsTakenAsNeededByTheNext) {
+  // Such work within the budget so far: the next one will need the new buffer and every other,
+  // so evicting one for it would only bring it back there.
+  auto r = residencyFor(4 * kBuffer);
+  const std::vector<CUdeviceptr> b = allocate(*r, 4);
+  r->prepareEverything(kStream, false);
+  r->releaseHeld();
+  fakeDriverLog().reset(true);
+  allocate(*r, 1);
+  EXPECT_TRUE(fakeDriverLog().copiedOut.empty());
+  EXPECT_EQ(r->stats().overBudgetAllocations, 1u);
+  EXPECT_EQ(r->stats().unanalysedHoldBytes, 5 * kBuffer);
+  // After analysed work, the next is not assumed to need it: held at five, the sixth evicts.
+  ASSERT_EQ(prepare(*r, kStream, {b[0]}), CUDA_SUCCESS);
+  r->releaseHeld();
+  allocate(*r, 1);
+  EXPECT_TRUE(copiedOut(b[1]));  // the least recently used (the link probe copies its own too)
 }
 
 TEST(ResidencyUnanalysed, TheBudgetBindsAgainOnceSuchWorkStopsComing) {
