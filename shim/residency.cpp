@@ -3,11 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <utility>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <utility>
 
 #include "shim/log.h"
 #include "shim/reentry_guard.h"

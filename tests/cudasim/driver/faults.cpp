@@ -4,9 +4,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace cudasim {
 namespace {
@@ -177,10 +180,17 @@ void apply(const Plan& plan, Faults& faults) {
   faults.slowCopyUs.store(plan.slowCopyUs);
   faults.cuptiSubscribeFail.store(plan.cuptiSubscribeFail);
   faults.cuptiEnableFail.store(plan.cuptiEnableFail);
-  // The text first: a reader that sees the fault on sees its text.
-  faults.paramInfoFailText.store(
-      plan.paramInfoFailText.empty() ? nullptr : new std::string(plan.paramInfoFailText),
-      std::memory_order_release);
+  // The text first: a reader that sees the fault on sees its text. Every text stays (a reader
+  // may hold the last one), reachable for the leak checker.
+  static std::mutex textsMutex;
+  static auto* texts = new std::vector<std::unique_ptr<const std::string>>;
+  const std::string* text = nullptr;
+  if (!plan.paramInfoFailText.empty()) {
+    std::lock_guard lock(textsMutex);
+    texts->push_back(std::make_unique<const std::string>(plan.paramInfoFailText));
+    text = texts->back().get();
+  }
+  faults.paramInfoFailText.store(text, std::memory_order_release);
   faults.paramInfoFail.store(plan.paramInfoFail);
   faults.foreignStubs.store(plan.foreignStubs);
 }

@@ -77,7 +77,8 @@ struct Faults {
   std::atomic<bool> cuptiEnableFail{false};
   std::atomic<bool> paramInfoFail{false};
   // With paramInfoFail: only kernels whose name contains this (nullptr: every kernel). Never
-  // freed, so that a reader racing a new plan reads a string that still exists.
+  // freed (faults.cpp keeps every one), so that a reader racing a new plan reads a string that
+  // still exists.
   std::atomic<const std::string*> paramInfoFailText{nullptr};
   std::atomic<bool> foreignStubs{false};
 
