@@ -158,7 +158,8 @@ thread_local std::vector<uint64_t> tCandidates;
 // kernel handle (cudaKernel_t) passed in its place, as CUDA 13's <<<>>> does (seen on an H200:
 // CUPTI reports those launches as cudaLaunchKernel, `func` the handle). Every runtime launch
 // asks, so each thread keeps the answers it got in a small direct-mapped cache: no lock unless
-// the pointer is new to the thread. A context's answers never change.
+// the pointer is new to the thread. An answer changes only when a function is learnt for a
+// stub (learnFunction), which moves the Context's generation on.
 struct CachedTarget {
   uint64_t generation;  // the Context's; 0 (never a Context's) in a thread's fresh cache
   const void* symbol;

@@ -489,13 +489,9 @@ class Residency {
   uint64_t limitLocked() const { return std::min(config_.budgetBytes, ceiling_); }
   // What evictions make room under: the limit, or, while launches that cannot be analysed keep
   // coming and needed more than it, what they needed (never above the device's ceiling).
-  uint64_t roomLimitLocked() {
+  uint64_t roomLimitLocked() const {
     const uint64_t limit = limitLocked();
-    if (unanalysedHoldBytes_ <= limit) return limit;
-    if (policyLaunches_ >= unanalysedHoldUntil_) {
-      unanalysedHoldBytes_ = 0;  // none for a while: the budget again
-      return limit;
-    }
+    if (unanalysedHoldBytes_ <= limit || policyLaunches_ >= unanalysedHoldUntil_) return limit;
     return std::min(unanalysedHoldBytes_, ceiling_);
   }
   // After work that could not be analysed was given every buffer (`countedOverBudget`: counted

@@ -737,6 +737,34 @@ const ExportTable& exportTable() { return kExportTable; }
 
 using namespace cudasim;
 
+namespace {
+
+// What cuFuncGetParamInfo and cuKernelGetParamInfo answer for the function a handle names
+// (nullptr: the handle is unknown).
+CUresult describeParam(const Function* function, size_t index, size_t* offset, size_t* size) {
+  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (faults().paramInfoFails(function->name)) return CUDA_ERROR_NOT_SUPPORTED;
+  if (index >= function->sizes.size()) return CUDA_ERROR_INVALID_VALUE;
+  if (offset) *offset = function->offsets[index];
+  if (size) *size = function->sizes[index];
+  return CUDA_SUCCESS;
+}
+
+// What cuFuncGetName and cuKernelGetName answer, the same way.
+CUresult nameFunction(const Function* function, const char** name) {
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *name = function->name.c_str();
+  return CUDA_SUCCESS;
+}
+
+const Function* kernelFunction(CUkernel kernel) {
+  const Kernel* found = kernels().findKernel(kernel);
+  return found != nullptr ? found->function : nullptr;
+}
+
+}  // namespace
+
 extern "C" {
 
 // ---- initialisation, devices, contexts -----------------------------------------------
@@ -1830,24 +1858,14 @@ CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* 
                                     size_t* paramSize) {
   DRIVER_CALL(cuFuncGetParamInfo, nullptr, {
     REQUIRE(initialized());
-    const Function* function = kernels().find(func);
-    if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    if (faults().paramInfoFails(function->name)) return CUDA_ERROR_NOT_SUPPORTED;
-    if (paramIndex >= function->sizes.size()) return CUDA_ERROR_INVALID_VALUE;
-    if (paramOffset) *paramOffset = function->offsets[paramIndex];
-    if (paramSize) *paramSize = function->sizes[paramIndex];
-    return CUDA_SUCCESS;
+    return describeParam(kernels().find(func), paramIndex, paramOffset, paramSize);
   }, func, paramIndex, paramOffset, paramSize);
 }
 
 CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction hfunc) {
   DRIVER_CALL(cuFuncGetName, nullptr, {
     REQUIRE(initialized());
-    if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    const Function* function = kernels().find(hfunc);
-    if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    *name = function->name.c_str();
-    return CUDA_SUCCESS;
+    return nameFunction(kernels().find(hfunc), name);
   }, name, hfunc);
 }
 
@@ -1870,25 +1888,14 @@ CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t
                                       size_t* paramSize) {
   DRIVER_CALL(cuKernelGetParamInfo, nullptr, {
     REQUIRE(initialized());
-    const Kernel* found = kernels().findKernel(kernel);
-    if (found == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    const Function& function = *found->function;
-    if (faults().paramInfoFails(function.name)) return CUDA_ERROR_NOT_SUPPORTED;
-    if (paramIndex >= function.sizes.size()) return CUDA_ERROR_INVALID_VALUE;
-    if (paramOffset) *paramOffset = function.offsets[paramIndex];
-    if (paramSize) *paramSize = function.sizes[paramIndex];
-    return CUDA_SUCCESS;
+    return describeParam(kernelFunction(kernel), paramIndex, paramOffset, paramSize);
   }, kernel, paramIndex, paramOffset, paramSize);
 }
 
 CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel hfunc) {
   DRIVER_CALL(cuKernelGetName, nullptr, {
     REQUIRE(initialized());
-    if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    const Kernel* found = kernels().findKernel(hfunc);
-    if (found == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    *name = found->function->name.c_str();
-    return CUDA_SUCCESS;
+    return nameFunction(kernelFunction(hfunc), name);
   }, name, hfunc);
 }
 
