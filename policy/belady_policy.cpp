@@ -34,8 +34,8 @@ std::size_t BeladyPolicy::choosePrefetches(const PrefetchRequest& request, std::
   return Prefetcher::choose(future_, position_, table_, costs_, request, out);
 }
 
-std::uint64_t BeladyPolicy::upcomingBytes(std::int64_t, std::int64_t& horizon_ns) const {
-  return Prefetcher::upcomingBytes(future_, position_, table_, costs_, horizon_ns);
+std::uint64_t BeladyPolicy::upcomingBytes(std::int64_t, std::int64_t& need_at_ns) const {
+  return Prefetcher::upcomingBytes(future_, position_, table_, costs_, need_at_ns);
 }
 
 }  // namespace delta::policy

@@ -17,7 +17,7 @@ class BeladyPolicy : public Policy {
   void onLaunch(const Launch& launch) override;
   void onIteration(std::int64_t now_ns) override;
   std::size_t choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out) override;
-  std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& horizon_ns) const override;
+  std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& need_at_ns) const override;
 
  protected:
   Rating rate(BufferId id, const BufferState& state, const EvictRequest& request) const override;

@@ -367,13 +367,15 @@ void DeltaPolicy::noteChoice(BufferId id, const BufferState& state, Action actio
 
 Policy::Rating DeltaPolicy::rate(BufferId id, const BufferState& state, const EvictRequest& request) const {
   const UseSchedule::NextUse next = pattern_.schedule().nextUse(id, pattern_.position());
-  // Ahead of need, never a buffer used before the memory is (within the request's window; with
-  // a window of 0, the next launch): evicting it only to restore it at once is pure loss. It
-  // happened whenever the window covered just the next launch (a tree-rnn's recurrent weight,
-  // read every few launches, swapped out and back at each: Tree-LSTM 30 %/12 GB/s 163 -> 133 %).
-  if ((request.not_before_ns > 0 || !request.urgent) && next.reused && next.ns != kUnknownNs &&
-      next.ns <= request.not_before_ns) {
-    return {};
+  // Ahead of need, never a buffer that has to be back before the memory is needed (with a need
+  // at the next launch, one that launch uses): evicting it only to restore it at once is pure
+  // loss (a tree-rnn's recurrent weight, read every few launches, swapped out and back at each:
+  // Tree-LSTM 30 %/12 GB/s 163 -> 133 %). Its restore has to start by its next use less its
+  // transfer, and before the need has passed there is no memory to start it in.
+  if ((request.not_before_ns > 0 || !request.urgent) && next.reused && next.ns != kUnknownNs) {
+    const std::int64_t back_by =
+        request.urgent ? next.ns : next.ns - costs_.transferNs(Direction::kHostToDevice, state.bytes);
+    if (back_by <= request.not_before_ns) return {};
   }
   const std::uint32_t cls =
       swapClass(request.urgent, next.ns, costs_.transferNs(Direction::kHostToDevice, state.bytes));
@@ -429,8 +431,8 @@ std::size_t DeltaPolicy::choosePrefetches(const PrefetchRequest& request, std::s
   return Prefetcher::choose(pattern_.schedule(), pattern_.position(), table_, costs_, request, out);
 }
 
-std::uint64_t DeltaPolicy::upcomingBytes(std::int64_t, std::int64_t& horizon_ns) const {
-  return Prefetcher::upcomingBytes(pattern_.schedule(), pattern_.position(), table_, costs_, horizon_ns,
+std::uint64_t DeltaPolicy::upcomingBytes(std::int64_t, std::int64_t& need_at_ns) const {
+  return Prefetcher::upcomingBytes(pattern_.schedule(), pattern_.position(), table_, costs_, need_at_ns,
                                    activeWindow());
 }
 

@@ -45,7 +45,7 @@ class DeltaPolicy : public Policy {
   void onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns) override;
   bool wantsLaunchTimes() const override { return config_.timed_launches; }
   std::size_t choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out) override;
-  std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& horizon_ns) const override;
+  std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& need_at_ns) const override;
   // With PolicyConfig::plan_elsewhere (policy.h): a newly learned iteration becomes a request
   // (copied into storage reserved at construction) instead of a plan on the spot; a delivered
   // plan is adopted at the next iteration boundary, as the synchronous planner's is at the

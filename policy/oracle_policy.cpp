@@ -35,6 +35,7 @@ std::string OracleRule::name() const {
   }
   if (rank_last_resort) s += "/ranked-swaps";
   if (plain_drop_price) s += "/plain";
+  if (protect_window) s += "/protect-window";
   return s;
 }
 
@@ -50,6 +51,13 @@ std::vector<OracleRule> oracleRules() {
             if (actions == OracleRule::Actions::kSwapOnly && (swap_weight != 1.0 || !net_of_held)) continue;
             rules.push_back({actions, rank, window, swap_weight, net_of_held});
           }
+        }
+        // Room ahead that keeps everything the window uses (how every policy made it until
+        // then): better where what is used after the need would have to come back at once.
+        if (window != Prefetcher::Window::kNone) {
+          OracleRule r{actions, rank, window};
+          r.protect_window = true;
+          rules.push_back(r);
         }
       }
     }
@@ -272,8 +280,11 @@ std::size_t OracleRulePolicy::choosePrefetches(const PrefetchRequest& request, s
   return Prefetcher::choose(future_, position_, table_, costs_, request, out);
 }
 
-std::uint64_t OracleRulePolicy::upcomingBytes(std::int64_t, std::int64_t& horizon_ns) const {
-  return Prefetcher::upcomingBytes(future_, position_, table_, costs_, horizon_ns, rule_.window);
+std::uint64_t OracleRulePolicy::upcomingBytes(std::int64_t, std::int64_t& need_at_ns) const {
+  std::int64_t window_ns = 0;
+  const std::uint64_t need = Prefetcher::upcomingBytes(future_, position_, table_, costs_, need_at_ns, rule_.window, &window_ns);
+  if (rule_.protect_window) need_at_ns = window_ns;
+  return need;
 }
 
 std::string OraclePolicy::Candidate::name() const {

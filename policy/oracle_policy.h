@@ -60,6 +60,9 @@ struct OracleRule {
   bool rank_last_resort = false;
   // A drop priced at its producer's time alone (false: plus the evicted inputs it would need).
   bool plain_drop_price = false;
+  // Room made ahead never evicts a buffer used within the whole window (false: only one used
+  // before the memory is needed, the window's peak; one used after it may go).
+  bool protect_window = false;
 
   std::string name() const;  // e.g. "mixed/cost/net"
 };
@@ -87,7 +90,7 @@ class OracleRulePolicy : public Policy {
   void onLaunch(const Launch& launch) override;
   void onIteration(std::int64_t now_ns) override;
   std::size_t choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out) override;
-  std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& horizon_ns) const override;
+  std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& need_at_ns) const override;
 
   const OracleRule& rule() const { return rule_; }
 

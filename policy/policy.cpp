@@ -107,8 +107,8 @@ void Policy::deliverPlan(Plan&&) {}
 
 std::size_t Policy::choosePrefetches(const PrefetchRequest&, std::span<Prefetch>) { return 0; }
 
-std::uint64_t Policy::upcomingBytes(std::int64_t, std::int64_t& horizon_ns) const {
-  horizon_ns = 0;
+std::uint64_t Policy::upcomingBytes(std::int64_t, std::int64_t& need_at_ns) const {
+  need_at_ns = 0;
   return 0;
 }
 

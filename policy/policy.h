@@ -104,8 +104,9 @@ class Policy {
   // Evicted (swapped) buffers to start restoring now, most urgent first.
   virtual std::size_t choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out);
   // Bytes the next launches will allocate or restore, for freeing room ahead of time (0: no
-  // prediction); `horizon_ns` is set to how far ahead that looks, for EvictRequest::not_before_ns.
-  virtual std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& horizon_ns) const;
+  // prediction); `need_at_ns` is set to how far ahead they are needed (the launch where the
+  // need peaks), for EvictRequest::not_before_ns.
+  virtual std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& need_at_ns) const;
 
   // Iteration boundaries the policy has seen so far, the caller's markers and those it found in
   // the launches itself (0: it does not look for iterations). A caller that numbers buffers

@@ -61,7 +61,7 @@ std::size_t Prefetcher::choose(const UseSchedule& schedule, std::uint32_t positi
 
 std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32_t position,
                                         const BufferTable& table, const CostModel& costs,
-                                        std::int64_t& horizon_ns, Window window) {
+                                        std::int64_t& need_at_ns, Window window, std::int64_t* window_ns) {
   // Net bytes: a running sum over the window of the allocations and restores at each launch,
   // less what the launches before it free; the answer is its peak (never negative). Frees
   // after launch q make room for the launches after q only. A buffer's restore is counted once,
@@ -76,7 +76,9 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
   // workload (docs/policy.md: the CNNs gain, the LSTM loses).
   std::uint64_t gross = 0;
   std::int64_t restore_ns = 0;
-  horizon_ns = 0;
+  std::int64_t window_end = 0;
+  need_at_ns = 0;
+  if (window_ns != nullptr) *window_ns = 0;
   if (window == Window::kNone) return 0;
   const std::uint32_t len = schedule.length();
   const std::uint32_t p0 = std::min(position, len);
@@ -96,7 +98,7 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
   walk(schedule, position, kMaxScan, [&](std::uint32_t q, std::int64_t due) {
     const std::uint64_t length_bytes = window == Window::kGross ? gross : peak;
     if (q != position && due > costs.transferNs(Direction::kDeviceToHost, length_bytes) + restore_ns) return false;
-    horizon_ns = due;
+    window_end = due;
     net += static_cast<std::int64_t>(schedule.allocBytesAt(q));
     gross += schedule.allocBytesAt(q);
     for (BufferId id : schedule.buffersAt(q)) {
@@ -107,7 +109,10 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
         if (schedule.nextUsePos(id, p0) == q) net += static_cast<std::int64_t>(table[id].bytes);
       }
     }
-    if (net > 0 && static_cast<std::uint64_t>(net) > peak) peak = static_cast<std::uint64_t>(net);
+    if (net > 0 && static_cast<std::uint64_t>(net) > peak) {
+      peak = static_cast<std::uint64_t>(net);
+      need_at_ns = due;
+    }
     for (BufferId id : schedule.freesAt(q)) {
       if (table.valid(id) && table[id].residency != Residency::kFree) {
         const BufferState& s = table[id];
@@ -121,6 +126,7 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
     }
     return true;
   });
+  if (window_ns != nullptr) *window_ns = window_end;
   return peak;
 }
 

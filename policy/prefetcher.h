@@ -34,10 +34,12 @@ class Prefetcher {
   // use, each restore once, net of the memory the window's launches free before the later
   // ones need it: the peak of that running sum, never negative), over the launches that come
   // sooner than copying out the bytes `window` names plus restoring the swapped ones would
-  // take; the time that window covers goes to `horizon_ns`.
+  // take. `need_at_ns`: how far ahead that peak comes, the first launch that reaches it (when
+  // the memory is needed); `window_ns` (optional): how far ahead the window reaches.
   static std::uint64_t upcomingBytes(const UseSchedule& schedule, std::uint32_t position,
                                      const BufferTable& table, const CostModel& costs,
-                                     std::int64_t& horizon_ns, Window window = Window::kGross);
+                                     std::int64_t& need_at_ns, Window window = Window::kGross,
+                                     std::int64_t* window_ns = nullptr);
 
  private:
   static constexpr std::uint32_t kMaxScan = 512;

@@ -35,9 +35,11 @@ struct EvictRequest {
   // true: the memory is needed now, so a device-to-host copy is on the critical path;
   // false: asked ahead of time (proactive eviction or room for a prefetch).
   bool urgent = true;
-  // Predictive policies only choose buffers not predicted to be used within this many ns
-  // (so a prefetch never evicts what is needed sooner). 0: no constraint when urgent; ahead of
-  // need (urgent == false), never the buffers the next launch uses.
+  // Asked ahead (urgent == false): when the memory is needed, from now_ns (upcomingBytes'
+  // need_at_ns). Predictive policies choose no buffer that must be back before then (so room
+  // made ahead never evicts what is needed sooner), and price a copy out by the part of it
+  // that ends later. 0: no constraint when urgent; ahead of need, never the buffers the next
+  // launch uses.
   std::int64_t not_before_ns = 0;
   // When the device-to-host engine finishes what is already queued (<= now_ns when idle).
   std::int64_t d2h_busy_until_ns = 0;

@@ -207,6 +207,7 @@ constexpr std::uint64_t k4 = 4 * kMiB;
 // swapped buffer) or by the net count. Launches 0.1 ms apart, 4 MiB allocated and freed at
 // each: the net count never passes 4 MiB (0.35 ms to copy out at 12 GB/s), so its window ends
 // at the launch 0.3 ms ahead; the gross one grows by 4 MiB (0.35 ms) per launch and runs on.
+// Either way the need peaks at the first launch: it is needed now.
 TEST(Upcoming, TheNetWindowIsShorter) {
   constexpr std::int64_t kGap = kMs / 10;
   UseSchedule schedule;
@@ -219,15 +220,58 @@ TEST(Upcoming, TheNetWindowIsShorter) {
   schedule.finish(8 * kGap);
   BufferTable table(16);
   const CostModel link(12.0, 12.0);
-  std::int64_t gross_horizon = 0, net_horizon = 0;
-  EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, gross_horizon, Prefetcher::Window::kGross), k4);
-  EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, net_horizon, Prefetcher::Window::kNet), k4);
-  EXPECT_EQ(net_horizon, 3 * kGap);
-  EXPECT_EQ(gross_horizon, 7 * kGap);
+  std::int64_t gross_window = 0, net_window = 0, need_at = 1;
+  EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, need_at, Prefetcher::Window::kGross, &gross_window), k4);
+  EXPECT_EQ(need_at, 0);
+  need_at = 1;
+  EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, need_at, Prefetcher::Window::kNet, &net_window), k4);
+  EXPECT_EQ(need_at, 0);
+  EXPECT_EQ(net_window, 3 * kGap);
+  EXPECT_EQ(gross_window, 7 * kGap);
   // No window: nothing is made room for ahead.
-  std::int64_t none_horizon = 1;
-  EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, none_horizon, Prefetcher::Window::kNone), 0u);
-  EXPECT_EQ(none_horizon, 0);
+  std::int64_t none_window = 1;
+  need_at = 1;
+  EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, need_at, Prefetcher::Window::kNone, &none_window), 0u);
+  EXPECT_EQ(none_window, 0);
+  EXPECT_EQ(need_at, 0);
+}
+
+// When the memory is needed: the first launch where the net count reaches its peak, however
+// far the window reaches beyond it. Launches 1 ms apart over a link so slow that the window
+// covers the iteration (the first launch needs 1 MiB of scratch, freed after it): 4 MiB
+// allocated at each launch from `rise` on until the count holds `height` such buffers, all
+// freed two launches later. Shapes: the peak soon, in the middle, near the end; one or
+// several buffers high.
+TEST(Upcoming, TheNeedIsDatedByTheLaunchWhereItPeaks) {
+  constexpr std::uint32_t kLaunches = 10;
+  constexpr BufferId kScratch = 15;
+  for (std::uint32_t rise : {1u, 3u, 6u}) {
+    for (std::uint32_t height : {1u, 2u, 3u}) {
+      UseSchedule schedule;
+      schedule.reserve(16, 16, 64);
+      const std::uint32_t top = rise + height - 1;  // the launch of the last allocation
+      for (std::uint32_t q = 0; q < kLaunches; ++q) {
+        const bool allocates = q >= rise && q <= top;
+        std::vector<BufferId> uses;
+        if (q == 0) uses.push_back(kScratch);
+        if (allocates) uses.push_back(q - rise);
+        schedule.addLaunch(static_cast<std::int64_t>(q) * kMs, q == 0 ? kMiB : allocates ? k4 : 0, uses);
+        if (q == 0) schedule.addFree(kScratch, kMiB);
+        if (q == top + 2) {
+          for (BufferId id = 0; id < height; ++id) schedule.addFree(id, k4);
+        }
+      }
+      schedule.finish(kLaunches * kMs);
+      BufferTable table(16);
+      const CostModel slow(1e-3, 1e-3);
+      std::int64_t need_at = -1, window = -1;
+      EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, slow, need_at, Prefetcher::Window::kGross, &window),
+                height * k4)
+          << rise << " " << height;
+      EXPECT_EQ(need_at, static_cast<std::int64_t>(top) * kMs) << rise << " " << height;
+      EXPECT_EQ(window, static_cast<std::int64_t>(kLaunches - 1) * kMs) << rise << " " << height;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -615,6 +659,42 @@ TEST(DeltaPolicy, AheadOfNeedNeverEvictsWhatTheNextLaunchUses) {
       EvictRequest now = ahead;
       now.urgent = true;
       EXPECT_EQ(p.chooseVictims(now, out), static_cast<std::size_t>(n)) << n;
+    }
+  }
+}
+
+TEST(DeltaPolicy, AheadOfNeedEvictsOnlyWhatCanComeBackAfterTheNeed) {
+  // Room made ahead for memory needed `need_at` from now may take a buffer used after that, but
+  // not one whose restore would have to start before it (its next use less its transfer): until
+  // the need has passed there is no memory to restore it into. Launch i uses buffers {i, i+1},
+  // 1 ms apart, so buffer b is next used (b - 1) ms ahead; 16 MiB takes ~1.4 ms back at 12 GB/s.
+  for (DirectorMode mode : {DirectorMode::kMixed, DirectorMode::kSwapOnly}) {
+    for (int n : {20, 40}) {
+      for (std::int64_t need_at : {2 * kMs, 5 * kMs, 11 * kMs}) {
+        PolicyConfig config;
+        config.max_buffers = 64;
+        DeltaPolicy p(config, mode);
+        std::int64_t t = 0;
+        for (int id = 0; id < n; ++id) p.onAlloc(static_cast<BufferId>(id), 16 * kMiB, 0);
+        runIteration(p, n, t, true);
+        runIteration(p, n, t, true);
+        p.onIteration(t);
+        const std::int64_t restore = p.costs().transferNs(Direction::kHostToDevice, 16 * kMiB);
+        std::vector<Victim> out(static_cast<std::size_t>(n));
+        EvictRequest ahead;
+        ahead.bytes = static_cast<std::uint64_t>(n) * 16 * kMiB;
+        ahead.now_ns = t;
+        ahead.urgent = false;
+        ahead.not_before_ns = need_at;
+        const std::size_t k = p.chooseVictims(ahead, out);
+        std::size_t expected = 0;
+        for (int b = 1; b < n; ++b) expected += (b - 1) * kMs - restore > need_at ? 1 : 0;
+        EXPECT_EQ(k, expected) << n << " " << need_at;
+        for (std::size_t i = 0; i < k; ++i) {
+          const std::int64_t next_use = (static_cast<std::int64_t>(out[i].id) - 1) * kMs;
+          EXPECT_GT(next_use - restore, need_at) << "buffer " << out[i].id;
+        }
+      }
     }
   }
 }
