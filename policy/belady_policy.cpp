@@ -35,7 +35,13 @@ std::size_t BeladyPolicy::choosePrefetches(const PrefetchRequest& request, std::
 }
 
 std::uint64_t BeladyPolicy::upcomingBytes(std::int64_t, std::int64_t& need_at_ns) const {
-  return Prefetcher::upcomingBytes(future_, position_, table_, costs_, need_at_ns);
+  // Room ahead keeps everything the window uses, not only what is used before the memory is
+  // needed (delta's rule): belady stays the reference it has been in every table so far.
+  std::int64_t window_ns = 0;
+  const std::uint64_t need =
+      Prefetcher::upcomingBytes(future_, position_, table_, costs_, need_at_ns, Prefetcher::Window::kGross, &window_ns);
+  need_at_ns = window_ns;
+  return need;
 }
 
 }  // namespace delta::policy

@@ -35,7 +35,7 @@ std::string OracleRule::name() const {
   }
   if (rank_last_resort) s += "/ranked-swaps";
   if (plain_drop_price) s += "/plain";
-  if (protect_window) s += "/protect-window";
+  if (!protect_window) s += "/need-dated";
   return s;
 }
 
@@ -50,14 +50,14 @@ std::vector<OracleRule> oracleRules() {
             // Pure swapping has no drop to weigh a swap against, nor drops to count net.
             if (actions == OracleRule::Actions::kSwapOnly && (swap_weight != 1.0 || !net_of_held)) continue;
             rules.push_back({actions, rank, window, swap_weight, net_of_held});
+            // Room ahead that may take what is used after the memory is needed (delta's rule):
+            // better on some rows, worse on others than keeping everything the window uses.
+            if (window != Prefetcher::Window::kNone && net_of_held) {
+              OracleRule r{actions, rank, window, swap_weight, net_of_held};
+              r.protect_window = false;
+              rules.push_back(r);
+            }
           }
-        }
-        // Room ahead that keeps everything the window uses (how every policy made it until
-        // then): better where what is used after the need would have to come back at once.
-        if (window != Prefetcher::Window::kNone) {
-          OracleRule r{actions, rank, window};
-          r.protect_window = true;
-          rules.push_back(r);
         }
       }
     }

@@ -62,7 +62,7 @@ struct OracleRule {
   bool plain_drop_price = false;
   // Room made ahead never evicts a buffer used within the whole window (false: only one used
   // before the memory is needed, the window's peak; one used after it may go).
-  bool protect_window = false;
+  bool protect_window = true;
 
   std::string name() const;  // e.g. "mixed/cost/net"
 };
