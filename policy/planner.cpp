@@ -132,6 +132,7 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
   Simulator sim(workload, options);
   std::uint64_t best_over = 0;
   std::int64_t best_ns = -1;
+  std::int64_t best_run_ns = 0;
   std::int64_t shortest_run_ns = 0;  // of the replays so far, warm-up included
   // Delta chooses its mode; a forced variant keeps its own and chooses only the window.
   const DirectorMode all[] = {DirectorMode::kMixed, DirectorMode::kSwapOnly, DirectorMode::kRecomputeOnly};
@@ -167,9 +168,11 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
         plan.predicted_ns[s][m][wi] = r.total_ns;
         plan.over_budget_ops[s][m][wi] = r.over_budget_ops;
         const bool better = best_ns < 0 || r.over_budget_ops < best_over ||
-                            (r.over_budget_ops == best_over && r.total_ns < best_ns);
+                            (r.over_budget_ops == best_over && r.total_ns < best_ns) ||
+                            (r.over_budget_ops == best_over && r.total_ns == best_ns && r.run_ns < best_run_ns);
         if (!better) continue;
         best_ns = r.total_ns;
+        best_run_ns = r.run_ns;
         best_over = r.over_budget_ops;
         plan.mode = mode;
         plan.window = window;

@@ -595,8 +595,8 @@ void Residency::waitForEvictionCopy(const Buffer& buffer, CUstream stream) {
 
 void Residency::makeRoomAhead(int64_t now) {
   if (!beenShort_) return;
-  int64_t horizon = 0;
-  const uint64_t need = policy_->upcomingBytes(now, horizon);
+  int64_t needAt = 0;
+  const uint64_t need = policy_->upcomingBytes(now, needAt);
   if (need == 0) return;
   // Pooled memory is room: what comes next takes it before anything is evicted. So is freed
   // memory the device has not got past yet: it will have when what comes next runs (the host
@@ -608,14 +608,15 @@ void Residency::makeRoomAhead(int64_t now) {
   const uint64_t room = limit > taken ? limit - taken : 0;
   if (need <= room + evictingBytes_) return;
   // Never this launch's buffers (evict() passes over what other launches hold); nothing
-  // predicted to be used within the horizon (the policy sees to that through not_before_ns).
+  // predicted to be needed back before the memory is (the policy sees to that through
+  // not_before_ns).
   keepIds_.assign(workingSet_.begin(), workingSet_.end());
   policy::EvictRequest request;
   request.bytes = need - room - evictingBytes_;
   request.now_ns = now;
   request.urgent = false;
   fillLinkState(request);
-  request.not_before_ns = horizon;
+  request.not_before_ns = needAt;
   request.keep = keepIds_;
   policy::Victim victims[kVictimBatch];
   const size_t count = policy_->chooseVictims(request, victims);

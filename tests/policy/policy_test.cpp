@@ -699,6 +699,69 @@ TEST(DeltaPolicy, AheadOfNeedEvictsOnlyWhatCanComeBackAfterTheNeed) {
   }
 }
 
+TEST(DeltaPolicy, ASwapAheadIsNotLeftForLaterForItsCopyOut) {
+  // Evicting ahead is optional, and waits when it costs more per byte than on-demand evictions
+  // have lately. A swap's copy out that would end after the memory is needed is no reason to
+  // wait (on demand, all of it would show): a swap whose restore is hidden goes ahead even when
+  // on-demand evictions were cheap drops. Launch i uses buffers {i, i+1}, 1 ms apart.
+  for (int n : {20, 40}) {
+    for (std::uint64_t bytes : {16 * kMiB, 48 * kMiB}) {
+      PolicyConfig config;
+      config.max_buffers = 64;
+      DeltaPolicy p(config, DirectorMode::kMixed);
+      std::int64_t t = 0;
+      for (int id = 0; id < n; ++id) p.onAlloc(static_cast<BufferId>(id), bytes, 0);
+      runIteration(p, n, t, true);
+      runIteration(p, n, t, true);
+      p.onIteration(t);
+      const auto last = static_cast<BufferId>(n - 1);  // next used by launch n - 2
+      std::vector<BufferId> all_but;
+      auto keep_all_but = [&](BufferId id) {
+        all_but.clear();
+        for (int b = 0; b < n; ++b) {
+          if (static_cast<BufferId>(b) != id) all_but.push_back(static_cast<BufferId>(b));
+        }
+        return std::span<const BufferId>(all_but);
+      };
+      std::array<Victim, 1> out{};
+      // A swap ahead of the last buffer that comes back in time: its class costs nothing.
+      EvictRequest ahead;
+      ahead.bytes = bytes;
+      ahead.urgent = false;
+      ahead.now_ns = t;
+      ahead.keep = keep_all_but(last);
+      ASSERT_EQ(p.chooseVictims(ahead, out), 1u);
+      ASSERT_EQ(out[0].action, Action::kSwap);
+      p.onEvicted(last, Action::kSwap);
+      for (int i = 0; i < n; ++i) {
+        if (i == n - 2) p.onRestored(last, t);
+        const std::array<BufferId, 2> ws = {static_cast<BufferId>(i), static_cast<BufferId>((i + 1) % n)};
+        p.onLaunch({t, 0, ws});
+        t += kMs;
+      }
+      // On-demand evictions are cheap drops (half a transfer: above what the restore's share
+      // of the link's load costs, below a whole copy out).
+      const auto cheap = static_cast<BufferId>(n / 2);
+      p.onRecomputable(cheap, p.costs().transferNs(Direction::kHostToDevice, bytes) / 2);
+      EvictRequest urgent;
+      urgent.bytes = bytes;
+      urgent.now_ns = t;
+      urgent.keep = keep_all_but(cheap);
+      ASSERT_EQ(p.chooseVictims(urgent, out), 1u);
+      ASSERT_EQ(out[0].action, Action::kRecompute);
+      p.onEvicted(cheap, Action::kRecompute);
+      // Memory needed at the next launch: the last buffer's copy out would show in full, its
+      // restore would not. It goes now.
+      p.onIteration(t);
+      ahead.now_ns = t;
+      ahead.keep = keep_all_but(last);
+      ASSERT_EQ(p.chooseVictims(ahead, out), 1u) << n << " " << bytes;
+      EXPECT_EQ(out[0].id, last);
+      EXPECT_EQ(out[0].action, Action::kSwap);
+    }
+  }
+}
+
 TEST(CostModel, FollowsMeasuredCopies) {
   CostModel c(12.0, 12.0);
   EXPECT_EQ(c.transferNs(Direction::kHostToDevice, 12'000'000), 1'000'000);
