@@ -122,7 +122,8 @@ class Planner {
                                std::span<const std::int64_t> waited_ns);
 
   // Replays `workload` under each candidate within `budget_bytes` on a link as `costs` measured
-  // it, and returns the fastest (ties: the gross window, then mixed, then swap-only). A
+  // it, and returns the fastest (ties: the shorter whole replay, learning and switch included;
+  // then the gross window, then mixed, then swap-only). A
   // candidate that runs ops over the budget loses to one that does not. `configured`: delta's
   // mode (kMixed: all three are candidates; a forced variant: only its own). Nothing is planned
   // when the workload's peak fits the budget.
