@@ -415,16 +415,18 @@ Policy::Rating DeltaPolicy::rate(BufferId id, const BufferState& state, const Ev
   // is needed, all of it would on demand. So here a swap is priced by its restore alone (and
   // the measured share); its copy out counts in its rating. Priced in full, swaps ahead that
   // ended a little after the need were left for urgent requests: LSTM 30 %/50 GB/s 5.4 -> 6.6 %.
-  std::int64_t optional_cost = d.cost_ns;
-  if (!request.urgent && d.action == Action::kSwap) {
-    EvictRequest out_hidden = request;
-    out_hidden.not_before_ns = std::numeric_limits<std::int64_t>::max() / 4;
-    optional_cost = Director::swapCostNs(state.bytes, next, out_hidden, costs_, owed_ns_ + tentative_ns_,
-                                         recentLoadNs(request.now_ns), periodNs(), swapVisibleShare(cls));
-  }
-  if (!request.urgent && optional_cost > 0 && urgent_price_.expected_ns > 0 &&
-      static_cast<double>(optional_cost) > urgent_price_.ratio(0.0) * static_cast<double>(state.bytes)) {
-    return {};
+  if (!request.urgent && urgent_price_.expected_ns > 0) {
+    std::int64_t optional_cost = d.cost_ns;
+    if (d.action == Action::kSwap) {
+      EvictRequest out_hidden = request;  // needed so late that the copy out never shows
+      out_hidden.not_before_ns = std::numeric_limits<std::int64_t>::max() / 4;
+      optional_cost = Director::swapCostNs(state.bytes, next, out_hidden, costs_, owed_ns_ + tentative_ns_,
+                                           recentLoadNs(request.now_ns), periodNs(), swapVisibleShare(cls));
+    }
+    if (optional_cost > 0 &&
+        static_cast<double>(optional_cost) > urgent_price_.ratio(0.0) * static_cast<double>(state.bytes)) {
+      return {};
+    }
   }
   rated_cost_ns_ = d.cost_ns;
   rated_urgent_ = request.urgent;

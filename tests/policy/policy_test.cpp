@@ -157,6 +157,15 @@ void runIteration(Policy& p, int n, std::int64_t& t, bool markers) {
   }
 }
 
+// `n` buffers of `bytes` allocated, runIteration's ring learned over two marked iterations, and
+// the third begun: the next launch uses buffers 0 and 1, buffer b is next used (b - 1) ms ahead.
+void learnRing(DeltaPolicy& p, int n, std::uint64_t bytes, std::int64_t& t) {
+  for (int id = 0; id < n; ++id) p.onAlloc(static_cast<BufferId>(id), bytes, 0);
+  runIteration(p, n, t, true);
+  runIteration(p, n, t, true);
+  p.onIteration(t);
+}
+
 // upcomingBytes: the net bytes the window's launches need (allocations and restores, each
 // restore once, less what launches earlier in the window free), its peak, never negative.
 // Four launches 1 ms apart; the link is so slow that the window runs on as long as the count is
@@ -640,10 +649,7 @@ TEST(DeltaPolicy, AheadOfNeedNeverEvictsWhatTheNextLaunchUses) {
       config.max_buffers = 64;
       DeltaPolicy p(config, mode);
       std::int64_t t = 0;
-      for (int id = 0; id < n; ++id) p.onAlloc(static_cast<BufferId>(id), 16 * kMiB, 0);
-      runIteration(p, n, t, true);
-      runIteration(p, n, t, true);
-      p.onIteration(t);  // the next launch uses buffers 0 and 1
+      learnRing(p, n, 16 * kMiB, t);  // the next launch uses buffers 0 and 1
       std::vector<Victim> out(static_cast<std::size_t>(n));
       EvictRequest ahead;
       ahead.bytes = static_cast<std::uint64_t>(n) * 16 * kMiB;
@@ -675,10 +681,7 @@ TEST(DeltaPolicy, AheadOfNeedEvictsOnlyWhatCanComeBackAfterTheNeed) {
         config.max_buffers = 64;
         DeltaPolicy p(config, mode);
         std::int64_t t = 0;
-        for (int id = 0; id < n; ++id) p.onAlloc(static_cast<BufferId>(id), 16 * kMiB, 0);
-        runIteration(p, n, t, true);
-        runIteration(p, n, t, true);
-        p.onIteration(t);
+        learnRing(p, n, 16 * kMiB, t);
         const std::int64_t restore = p.costs().transferNs(Direction::kHostToDevice, 16 * kMiB);
         std::vector<Victim> out(static_cast<std::size_t>(n));
         EvictRequest ahead;
@@ -710,10 +713,7 @@ TEST(DeltaPolicy, ASwapAheadIsNotLeftForLaterForItsCopyOut) {
       config.max_buffers = 64;
       DeltaPolicy p(config, DirectorMode::kMixed);
       std::int64_t t = 0;
-      for (int id = 0; id < n; ++id) p.onAlloc(static_cast<BufferId>(id), bytes, 0);
-      runIteration(p, n, t, true);
-      runIteration(p, n, t, true);
-      p.onIteration(t);
+      learnRing(p, n, bytes, t);
       const auto last = static_cast<BufferId>(n - 1);  // next used by launch n - 2
       std::vector<BufferId> all_but;
       auto keep_all_but = [&](BufferId id) {
