@@ -3,9 +3,10 @@
 //
 // Training repeats one iteration. Once delta has learned it (access_pattern.h), the planner
 // rebuilds it as a workload (one op per launch; the time to the next launch, less what that
-// launch waited for memory, as its compute; each buffer allocated at its first use and freed
-// where it was; the hooks' recompute costs, the launch that allocated a buffer as its producer
-// and the other buffers of that launch as its inputs) and replays it on the policy's own model
+// launch waited for memory, as its compute; the buffers never freed in it persistent, made
+// before it in id order, each other buffer allocated at its first use and freed where it was;
+// the hooks' recompute costs, the launch that allocated a buffer as its producer and the other
+// buffers of that launch as its inputs) and replays it on the policy's own model
 // of the GPU (the budget, the measured link) under each candidate: the modes mixed, swap-only
 // and recompute-only, each with the window that makes room ahead set by the gross or by the
 // net bytes (Prefetcher::Window; recompute-only also with no room made ahead, dropping only
@@ -52,8 +53,9 @@ namespace delta::policy {
 struct PlannedBuffer {
   std::uint64_t bytes = 0;
   std::int64_t recompute_ns = kUnknownNs;  // the hook's cost when it was last allocated
-  // The launch after which it could no longer be recomputed (written in place), if it was
-  // recomputable: replayed as a write at that launch, which ends recomputability there too.
+  // The launch after which it could no longer be recomputed (written in place, or an input of
+  // it written or freed), if it was recomputable: replayed as a write at that launch when the
+  // launch used it (which ends recomputability there too), as an unregister after it if not.
   std::uint32_t lost_at = UseSchedule::kNoPos;
 };
 

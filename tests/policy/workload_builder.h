@@ -1,7 +1,10 @@
-// Test helper: builds small Workloads by hand, and a synthetic training iteration (a forward
-// chain whose activations are kept for a backward pass that walks it in reverse).
+// Test helper: builds small Workloads by hand, a synthetic training iteration (a forward chain
+// whose activations are kept for a backward pass that walks it in reverse), and seeded random
+// ones (training iterations of random sizes and times, random graphs).
 #pragma once
 
+#include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -62,6 +65,86 @@ inline Workload trainingWorkload(int layers, std::uint64_t act_bytes, std::int64
   b.op("step", fwd_ns / 4 + 1, {grad});
   b.free(grad);
   return b.take();
+}
+
+inline constexpr std::uint64_t kMiB = 1u << 20;
+
+// A training iteration with random layer sizes and times: forward ops keep their activations
+// for the backward pass, which frees them in reverse.
+inline Workload randomTraining(std::mt19937& rng, int layers) {
+  WorkloadBuilder b;
+  std::uniform_int_distribution<int> mib(2, 24);
+  std::uniform_int_distribution<int> us(50, 2000);
+  std::vector<BufferId> weights, acts;
+  for (int i = 0; i < layers; ++i) weights.push_back(b.persistent("w" + std::to_string(i), mib(rng) * kMiB / 4));
+  BufferId prev = b.persistent("input", static_cast<std::uint64_t>(mib(rng)) * kMiB);
+  const BufferId input = prev;
+  for (int i = 0; i < layers; ++i) {
+    prev = b.op("fwd" + std::to_string(i), us(rng) * 1000, {prev, weights[i]},
+                {static_cast<std::uint64_t>(mib(rng)) * kMiB})[0];
+    acts.push_back(prev);
+  }
+  BufferId grad = b.op("loss", us(rng) * 1000, {prev}, {static_cast<std::uint64_t>(mib(rng)) * kMiB})[0];
+  for (int i = layers - 1; i >= 0; --i) {
+    const BufferId in = i > 0 ? acts[static_cast<std::size_t>(i - 1)] : input;
+    const BufferId g = b.op("bwd" + std::to_string(i), us(rng) * 1000, {grad, in, weights[i]},
+                            {static_cast<std::uint64_t>(mib(rng)) * kMiB})[0];
+    b.free(grad);
+    b.free(acts[static_cast<std::size_t>(i)]);
+    grad = g;
+  }
+  b.op("step", us(rng) * 100, {grad}, {}, {weights[0]});
+  b.free(grad);
+  return b.take();
+}
+
+// A random graph: each op reads up to three live buffers, makes up to two (some without a
+// hook), and with `write_percent` chance writes one in place; buffers are freed after their
+// last use.
+inline Workload randomGraph(std::mt19937& rng, int ops, int write_percent = 10) {
+  std::uniform_int_distribution<int> mib(1, 32);
+  std::uniform_int_distribution<int> us(20, 3000);
+  std::uniform_int_distribution<int> percent(0, 99);
+  Workload w;
+  auto add = [&](bool persistent, std::int32_t producer, std::int64_t cost) {
+    w.buffers.push_back({"b" + std::to_string(w.buffers.size()), static_cast<std::uint64_t>(mib(rng)) * kMiB,
+                         persistent, producer, cost});
+    return static_cast<BufferId>(w.buffers.size() - 1);
+  };
+  std::vector<BufferId> live;
+  for (int i = 0; i < 2; ++i) live.push_back(add(true, -1, kUnknownNs));
+  for (int i = 0; i < ops; ++i) {
+    WorkloadOp op;
+    op.name = "op" + std::to_string(i);
+    op.compute_ns = us(rng) * 1000;
+    const int reads = 1 + percent(rng) % 3;
+    for (int r = 0; r < reads; ++r) {
+      const BufferId b = live[static_cast<std::size_t>(percent(rng)) % live.size()];
+      if (std::find(op.reads.begin(), op.reads.end(), b) == op.reads.end()) op.reads.push_back(b);
+    }
+    if (percent(rng) < write_percent) {
+      const BufferId b = live[static_cast<std::size_t>(percent(rng)) % live.size()];
+      if (std::find(op.reads.begin(), op.reads.end(), b) == op.reads.end()) op.writes.push_back(b);
+    }
+    const int results = i + 1 == ops ? 0 : 1 + (percent(rng) < 25);
+    for (int r = 0; r < results; ++r) {
+      const bool hook = percent(rng) < 80;
+      op.allocs.push_back(add(false, i, hook ? op.compute_ns : kUnknownNs));
+      live.push_back(op.allocs.back());
+    }
+    w.ops.push_back(std::move(op));
+  }
+  // Frees after the last use (a workload frees what it allocates within the iteration).
+  std::vector<int> last_use(w.buffers.size(), -1);
+  for (std::size_t i = 0; i < w.ops.size(); ++i) {
+    for (const auto* list : {&w.ops[i].allocs, &w.ops[i].reads, &w.ops[i].writes}) {
+      for (BufferId b : *list) last_use[b] = static_cast<int>(i);
+    }
+  }
+  for (BufferId b = 0; b < w.buffers.size(); ++b) {
+    if (!w.buffers[b].persistent) w.ops[static_cast<std::size_t>(last_use[b])].frees.push_back(b);
+  }
+  return w;
 }
 
 }  // namespace delta::policy::testing
