@@ -54,8 +54,7 @@ struct PlannedBuffer {
   std::uint64_t bytes = 0;
   std::int64_t recompute_ns = kUnknownNs;  // the hook's cost when it was last allocated
   // The launch after which it could no longer be recomputed (written in place, or an input of
-  // it written or freed), if it was recomputable: replayed as a write at that launch when the
-  // launch used it (which ends recomputability there too), as an unregister after it if not.
+  // it written or freed), if it was recomputable: replayed as an unregister after that launch.
   std::uint32_t lost_at = UseSchedule::kNoPos;
 };
 
