@@ -31,13 +31,7 @@ Simulator::Simulator(const Workload& workload, const SimOptions& options)
     : workload_(workload), options_(options) {
   working_sets_.resize(workload.ops.size());
   dependents_.resize(workload.buffers.size());
-  for (std::size_t i = 0; i < workload.ops.size(); ++i) {
-    const WorkloadOp& op = workload.ops[i];
-    auto& ws = working_sets_[i];
-    ws.insert(ws.end(), op.allocs.begin(), op.allocs.end());
-    ws.insert(ws.end(), op.reads.begin(), op.reads.end());
-    ws.insert(ws.end(), op.writes.begin(), op.writes.end());
-  }
+  for (std::size_t i = 0; i < workload.ops.size(); ++i) working_sets_[i] = workload.ops[i].workingSet();
   for (BufferId b = 0; b < workload.buffers.size(); ++b) {
     for (BufferId in : inputsOf(b)) dependents_[in].push_back(b);
   }

@@ -125,7 +125,7 @@ class Simulator {
   SimOptions options_;
   Policy* policy_ = nullptr;
 
-  std::vector<std::vector<BufferId>> working_sets_;  // per op: allocs + reads + writes
+  std::vector<std::vector<BufferId>> working_sets_;  // per op: WorkloadOp::workingSet
   std::vector<std::vector<BufferId>> dependents_;    // per buffer: results of ops that read it
   std::vector<Buf> bufs_;
   std::deque<PendingOut> pending_out_;

@@ -90,22 +90,28 @@ Workload Workload::scaled(double factor) const {
   return w;
 }
 
+std::vector<BufferId> WorkloadOp::workingSet() const {
+  std::vector<BufferId> ids;
+  ids.reserve(allocs.size() + reads.size() + writes.size());
+  for (const auto* list : {&allocs, &reads, &writes}) {
+    for (BufferId id : *list) {
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+  }
+  return ids;
+}
+
 UseSchedule Workload::schedule() const {
   std::size_t uses = 0;
   for (const WorkloadOp& op : ops) uses += op.allocs.size() + op.reads.size() + op.writes.size();
   UseSchedule s;
   s.reserve(static_cast<std::uint32_t>(buffers.size()), static_cast<std::uint32_t>(ops.size()),
             static_cast<std::uint32_t>(uses));
-  std::vector<BufferId> ids;
   std::int64_t t = 0;
   for (const WorkloadOp& op : ops) {
-    ids.clear();
     std::uint64_t alloc = 0;
     for (BufferId id : op.allocs) alloc += buffers[id].bytes;
-    ids.insert(ids.end(), op.allocs.begin(), op.allocs.end());
-    ids.insert(ids.end(), op.reads.begin(), op.reads.end());
-    ids.insert(ids.end(), op.writes.begin(), op.writes.end());
-    s.addLaunch(t, alloc, ids);
+    s.addLaunch(t, alloc, op.workingSet());
     for (BufferId id : op.frees) s.addFree(id, buffers[id].bytes);
     t += op.compute_ns;
   }

@@ -41,6 +41,10 @@ struct WorkloadOp {
   // (delta-play unregisters a result it frees while others' recomputes still keep it). One
   // dropped by then is regenerated first, while its inputs are as they were.
   std::vector<BufferId> unregisters{};
+
+  // The buffers the op touches (allocs, reads, writes), each once, as the shim names a launch's
+  // buffers: an op that reads and writes a buffer (an optimiser's update) uses it once.
+  std::vector<BufferId> workingSet() const;
 };
 
 struct Workload {

@@ -508,15 +508,9 @@ std::int64_t SynthResult::choice(std::string_view name) const {
 
 std::pair<std::uint64_t, std::size_t> largestWorkingSet(const policy::Workload& w) {
   std::pair<std::uint64_t, std::size_t> best{0, 0};
-  std::vector<policy::BufferId> ids;
   for (std::size_t i = 0; i < w.ops.size(); ++i) {
-    const policy::WorkloadOp& op = w.ops[i];
-    ids.clear();
-    for (const auto* list : {&op.allocs, &op.reads, &op.writes}) ids.insert(ids.end(), list->begin(), list->end());
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     std::uint64_t bytes = 0;
-    for (policy::BufferId id : ids) bytes += w.buffers[id].bytes;
+    for (policy::BufferId id : w.ops[i].workingSet()) bytes += w.buffers[id].bytes;
     if (bytes > best.first) best = {bytes, i};
   }
   return best;

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "policy/delta_policy.h"
 #include "policy/policy_factory.h"
 #include "workload_builder.h"
 
@@ -316,6 +317,35 @@ TEST(Simulator, AnUnregisteredBufferIsRegeneratedIfDroppedAndCanOnlyBeSwappedAft
   EXPECT_EQ(swapped.over_budget_ops, 0u);
   EXPECT_EQ(swapped.used_while_evicted, 0u);
   EXPECT_GT(swapped.d2h_bytes, 0u);
+}
+
+TEST(Simulator, ALaunchNamesEachBufferOnce) {
+  // An optimiser's update reads and writes its state: the shim names each buffer of a launch
+  // once, and so does the replay, to the policy (what it learns) and in Workload::schedule.
+  // Named twice, a swapped one counted its restore twice in the room made ahead.
+  WorkloadBuilder wb;
+  const BufferId weight = wb.persistent("weight", 64 * kMiB);
+  const BufferId state = wb.persistent("state", 64 * kMiB);
+  const BufferId grad = wb.op("backward", 1'000'000, {weight}, {64 * kMiB})[0];
+  wb.op("step", 1'000'000, {weight, state, grad}, {}, {weight, state});
+  wb.free(grad);
+  const Workload w = wb.take();
+  EXPECT_EQ(w.ops[1].workingSet(), (std::vector<BufferId>{weight, state, grad}));
+  const UseSchedule s = w.schedule();
+  EXPECT_EQ(s.buffersAt(1).size(), 3u);
+  SimOptions o;
+  o.budget_bytes = 160 * kMiB;
+  o.iterations = 2;
+  PolicyConfig config;
+  config.max_buffers = static_cast<std::uint32_t>(w.buffers.size());
+  config.max_launches = 64;
+  config.max_uses = 256;
+  DeltaPolicy delta(config, DirectorMode::kMixed);
+  Simulator(w, o).run(delta);
+  const UseSchedule& learned = delta.pattern().schedule();
+  ASSERT_TRUE(learned.ready());
+  ASSERT_EQ(learned.length(), 2u);
+  EXPECT_EQ(learned.buffersAt(1).size(), 3u);
 }
 
 TEST(Workload, ValidateFindsAnUnregisterOfWhatIsNotAllocated) {
