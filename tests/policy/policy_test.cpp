@@ -312,6 +312,33 @@ INSTANTIATE_TEST_SUITE_P(
         UpcomingCase{"never_negative", {Now::kResident}, {{0, {0}, {0}}, {0, {}, {}}, {0, {}, {}}, {0, {}, {}}}, 0}),
     [](const auto& info) { return std::string(info.param.name); });
 
+TEST(AccessPattern, WhatWasAllocatedBeforeTheFirstIterationIsNotItsFirstLaunchs) {
+  // The program's setup (weights, optimiser state) is allocated once, before training: not an
+  // allocation every iteration makes at its first launch (counted so, every iteration's end
+  // made room ahead for it). Allocations before a later iteration's first launch are its own.
+  for (bool markers : {true, false}) {
+    for (std::uint64_t setup : {std::uint64_t{0}, 64 * kMiB, 4096 * kMiB}) {
+      AccessPattern pattern(64, 256, 4096);
+      pattern.onAlloc(setup);
+      std::int64_t t = 0;
+      std::vector<BufferId> ids(1);
+      for (int iteration = 0; iteration < 3; ++iteration) {
+        if (markers) pattern.onIteration(t);
+        pattern.onAlloc(2 * kMiB);  // this iteration's input, before its first launch
+        for (BufferId id = 0; id < 12; ++id) {
+          ids[0] = id;
+          pattern.onLaunch({t, 0, ids});
+          t += 1'000;
+        }
+      }
+      ASSERT_TRUE(pattern.schedule().ready()) << markers;
+      // Learned from the first iteration with markers: its input counts, the setup does not.
+      // Without, the first iteration starts at its first launch, after both.
+      EXPECT_EQ(pattern.schedule().allocBytesAt(0), markers ? 2 * kMiB : 0) << markers << " " << setup;
+    }
+  }
+}
+
 TEST(AccessPattern, DetectsRepetitionWithoutMarkers) {
   PolicyConfig config;
   config.max_buffers = 64;
