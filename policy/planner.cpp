@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -61,18 +60,6 @@ Workload Planner::workloadFrom(const UseSchedule& schedule, std::span<const Plan
       if (id < nbuf) freed_at[id] = pos;
     }
   }
-  // Where each id stopped being recomputable: the launch there wrote it in place, or the
-  // program freed one of its inputs there, or the next launch wrote one in place (regenerating
-  // it first if it was dropped). The policy cannot tell these apart (a launch names the buffers
-  // it touches, not how), and needs not: each is replayed as an unregister after that launch,
-  // which ends the recipe there and regenerates the buffer first if it is dropped (one written
-  // in place was brought back by its use at the launch already). Made a write at that launch
-  // instead, a buffer whose input the next launch wrote took its own dependents' recipes too;
-  // left out where the launch did not use it, the replay could drop it where the run cannot.
-  std::vector<std::vector<BufferId>> lost_at(len);
-  for (BufferId id = 0; id < nbuf; ++id) {
-    if (buffers[id].lost_at < len) lost_at[buffers[id].lost_at].push_back(id);
-  }
   // The workload buffer an id stands for now (kNone: none live). An id used again after its
   // free is a new allocation in the same slot: a new workload buffer, freed at the end.
   std::vector<BufferId> current(nbuf, kNone);
@@ -123,12 +110,12 @@ Workload Planner::workloadFrom(const UseSchedule& schedule, std::span<const Plan
       if (std::find(op.allocs.begin(), op.allocs.end(), b) == op.allocs.end() &&
           std::find(op.reads.begin(), op.reads.end(), b) == op.reads.end() &&
           std::find(op.writes.begin(), op.writes.end(), b) == op.writes.end()) {
-        op.reads.push_back(b);
+        if (buffers[id].lost_at == pos && w.buffers[b].producer >= 0) {
+          op.writes.push_back(b);
+        } else {
+          op.reads.push_back(b);
+        }
       }
-    }
-    for (BufferId id : lost_at[pos]) {
-      const BufferId b = current[id];
-      if (b != kNone && w.buffers[b].producer >= 0) op.unregisters.push_back(b);
     }
     for (BufferId id : schedule.freesAt(pos)) {
       if (id >= nbuf || current[id] == kNone || w.buffers[current[id]].persistent) continue;
@@ -147,7 +134,6 @@ Workload Planner::workloadFrom(const UseSchedule& schedule, std::span<const Plan
 Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const CostModel& costs,
                      DirectorMode configured) {
   Plan plan;
-  if (getenv("NOPLAN")) return plan;
   if (budget_bytes == 0 || workload.ops.empty() || !workload.validate().empty()) return plan;
   // It fits: nothing will be evicted, whatever the plan. Not worth the replays.
   if (workload.peakBytes() <= budget_bytes) return plan;

@@ -53,8 +53,8 @@ namespace delta::policy {
 struct PlannedBuffer {
   std::uint64_t bytes = 0;
   std::int64_t recompute_ns = kUnknownNs;  // the hook's cost when it was last allocated
-  // The launch after which it could no longer be recomputed (written in place, or an input of
-  // it written or freed), if it was recomputable: replayed as an unregister after that launch.
+  // The launch after which it could no longer be recomputed (written in place), if it was
+  // recomputable: replayed as a write at that launch, which ends recomputability there too.
   std::uint32_t lost_at = UseSchedule::kNoPos;
 };
 
