@@ -259,21 +259,27 @@ void DeltaPolicy::applyPlan(Plan&& plan, bool replayed, bool current) {
   const Prefetcher::Window window_before = activeWindow();
   if (plan.planned || replayed) ++plans_adopted_;
   plan_ = std::move(plan);
-  if (activeMode() == before && activeWindow() == window_before) return;
-  director_ = Director(activeMode());
+  const bool changed = activeMode() != before || activeWindow() != window_before;
+  if (changed) director_ = Director(activeMode());
   // A new mode: what delta measured and learned so far is how the old mode's actions cost and
   // timed the iteration, and priced by it the new mode's first iteration misjudges its own
   // (ResNet-32 at 70 %, 50 GB/s: swap-only after a mixed first iteration made no room ahead,
   // since evicting ahead looked dearer than the old mode's cheap urgent drops: 21 % overhead on
   // that iteration, none after). The planner's replay ran the new mode on this very iteration:
   // start where its measured iteration started, with its learned times and its measured costs.
-  // Not on a change of window alone: the actions stay the mode's and their costs, measured on
-  // the real run, stay too (adopting there as well was measured worse: DenseNet-121, whose
-  // costs drift from one iteration to the next).
-  if (replayed && current && activeMode() != before && pattern_.retimeLearned(plan_.learned_offsets_ns)) {
+  // So too when nothing changes: the replay ran on one iteration further the way delta goes on
+  // running, and its costs were measured with the pattern known, where delta's own were
+  // measured while learning it (tree-rnn-3 at 50 %, 12 GB/s: the first iteration after learning
+  // 348 % then 106 %; adopting, 185 % then 106; on the 180-row sample, seeds 1-10 of each
+  // family, docs/policy.md, summed overheads down at both links). Not on a change of window
+  // alone: the replay's costs are of the other window's evictions, and adopting them was
+  // measured worse (the sample at 12 GB/s; DenseNet-121).
+  const bool new_mode = activeMode() != before;
+  if (replayed && current && (new_mode || !changed) && pattern_.retimeLearned(plan_.learned_offsets_ns)) {
     adoptOutcomes(plan_.outcomes);
     return;
   }
+  if (!changed) return;
   // A new window, or a planner's replay switching: the learned times are those of the
   // iteration run the old way (its stalls, its recomputes), and the predictions of next uses
   // and of the room to make ahead follow them. Learn the next iteration again, the first run

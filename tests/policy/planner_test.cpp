@@ -339,22 +339,27 @@ TEST(DeltaPlanning, PlansOnceTheIterationIsLearnedAndOnlyWithABudget) {
 
 TEST(DeltaPlanning, WhatThePlannerPredictedIsWhatTheIterationsAfterItCost) {
   // The planner replays the learned iteration as delta will run it (mixed while learning, then
-  // the candidate, from where the candidate's replay started its measured iteration): on a
-  // workload it rebuilds exactly, its prediction for the chosen candidate is the time of the
-  // third iteration of the real run.
+  // the candidate) and predicts the candidate's third iteration. A plan that changes the mode,
+  // or keeps mode and window, starts from where that iteration started in the replay (its
+  // learned times and measured costs), so the run's next iteration is the one predicted: within
+  // 0.01 % where the replay's memory matched the run's too (these fresh starts), within a few
+  // percent where it did not (mixed kept at 12 GB/s: 46.8 ms against 45.2 predicted; that row
+  // then alternates 46.8 and 52.0 ms, as it does without adopting, from its fourth iteration).
   const Workload w = trainingWorkload(8, 64 * kMiB, 1'000'000);
   for (double gbps : {1.0, 12.0, 50.0}) {
     SimOptions o;
     o.budget_bytes = w.peakBytes() / 2;
     o.h2d_gbps = o.d2h_gbps = gbps;
-    o.iterations = 3;
-    o.warmup = 2;
+    o.iterations = 2;
+    o.warmup = 1;
     DeltaPolicy delta(configFor(w, o.budget_bytes, gbps), DirectorMode::kMixed);
     const SimResult r = Simulator(w, o).run(delta);
     ASSERT_TRUE(delta.plan().planned) << gbps;
     const std::int64_t predicted = delta.plan().chosenNs();
-    EXPECT_NEAR(static_cast<double>(r.total_ns), static_cast<double>(predicted), 0.02 * static_cast<double>(predicted))
-        << gbps << " GB/s, mode " << static_cast<int>(delta.plan().mode);
+    const bool fresh = delta.plan().start == PlanStart::kFresh;
+    EXPECT_NEAR(static_cast<double>(r.total_ns), static_cast<double>(predicted),
+                (fresh ? 1e-4 : 0.05) * static_cast<double>(predicted))
+        << gbps << " GB/s, plan " << delta.plan().name();
   }
 }
 
@@ -412,6 +417,51 @@ TEST(DeltaPlanning, ANewModeStartsWhereItsReplayedIterationStarted) {
       EXPECT_NE(learned.durationNs(), plan.learned_offsets_ns.back());
     }
   }
+}
+
+TEST(DeltaPlanning, APlanThatKeepsModeAndWindowStartsWhereItsReplayedIterationStarted) {
+  // Kept mode and window: the replay ran this very iteration the way delta goes on running it,
+  // one iteration further; delta takes its learned times and measured costs as at a switch of
+  // mode, instead of measuring its way there through the first iteration it knows the pattern
+  // of. A change of window alone still learns the next iteration again. Every shape here whose
+  // plan keeps both is checked, and so is every one that changes the window only.
+  int kept = 0, window_only = 0;
+  for (int layers : {4, 6, 8}) {
+    for (std::int64_t fwd_ns : {100'000, 1'000'000, 5'000'000}) {
+      for (double share : {0.3, 0.5, 0.7}) {
+        const Workload w = trainingWorkload(layers, 32 * kMiB, fwd_ns);
+        SimOptions o;
+        o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+        o.h2d_gbps = o.d2h_gbps = 12.0;
+        o.iterations = 1;
+        o.warmup = 0;
+        DeltaPolicy delta(configFor(w, o.budget_bytes, 12.0), DirectorMode::kMixed);
+        const SimResult first = Simulator(w, o).run(delta);
+        delta.onIteration(first.total_ns);
+        const Plan& plan = delta.plan();
+        if (!plan.planned || plan.mode != DirectorMode::kMixed) continue;
+        const UseSchedule& learned = delta.pattern().schedule();
+        ASSERT_EQ(plan.learned_offsets_ns.size(), learned.length() + 1u);
+        const MeasuredOutcomes now = delta.measuredOutcomes();
+        if (plan.window == Prefetcher::Window::kGross) {
+          ++kept;
+          for (std::uint32_t pos = 0; pos <= learned.length(); ++pos) {
+            EXPECT_EQ(learned.offsetNs(pos), plan.learned_offsets_ns[pos]) << pos;
+          }
+          for (std::uint32_t k = 0; k < MeasuredOutcomes::kSwapClasses; ++k) {
+            EXPECT_EQ(now.swap[k].expected_ns, plan.outcomes.swap[k].expected_ns) << k;
+          }
+          EXPECT_EQ(now.urgent_price.expected_ns, plan.outcomes.urgent_price.expected_ns);
+          EXPECT_DOUBLE_EQ(now.recent_load_ns, plan.outcomes.recent_load_ns);
+        } else {
+          ++window_only;
+          EXPECT_EQ(learned.durationNs(), first.total_ns);  // the run's own times, learned again next
+        }
+      }
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(window_only, 0);
 }
 
 TEST(DeltaPlanning, PlannedElsewhereTheSamePlanIsAdoptedAtTheNextBoundary) {
