@@ -12,10 +12,10 @@
 // net bytes (Prefetcher::Window; recompute-only also with no room made ahead, dropping only
 // when memory is needed), and each reached two ways: switched to after an iteration run as
 // configured (as delta gets there), or run from a fresh start. The fastest is kept until the
-// iteration changes, and delta switching to its mode starts where the candidate's measured
-// iteration started in the replay: with the times it had learned and the costs it had
-// measured (the Plan carries them). A forced variant (swap-only, recompute-only) keeps its
-// mode and chooses only the window.
+// iteration changes, and delta switching to its mode (or keeping mode and window) starts where
+// the candidate's measured iteration started in the replay: with the times it had learned and
+// the costs it had measured (the Plan carries them). A forced variant (swap-only,
+// recompute-only) keeps its mode and chooses only the window.
 //
 // Why: the director decides one buffer at a time from modelled and measured costs, and on some
 // workloads and links the mix it reaches is slower than one of the pure modes (swaps that cost
