@@ -14,9 +14,9 @@
 // none of a buffer brought back for a use still to come. With a budget (PolicyConfig), each
 // newly learned iteration is planned (planner.h): the mode and the window of upcomingBytes
 // that a replay of the iteration finds fastest; a new mode, or the mode and window kept,
-// start from the times and the measured costs its replay had reached. Costs as in policy.h; learning adds
-// O(buffers of the launch) per launch, and a newly learned iteration re-ranks the resident
-// buffers once (O(n log n)); the outcome bookkeeping is O(1) per event.
+// start from the times and the measured costs its replay had reached. Costs as in policy.h;
+// learning adds O(buffers of the launch) per launch, and a newly learned iteration re-ranks the
+// resident buffers once (O(n log n)); the outcome bookkeeping is O(1) per event.
 #pragma once
 
 #include <string_view>
