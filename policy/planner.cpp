@@ -69,14 +69,10 @@ Workload Planner::workloadFrom(const UseSchedule& schedule, std::span<const Plan
   // replay that ordered them by first use learned another first iteration than the run did
   // (a tree-rnn at 50 %: it evicted other weights first, and predicted its mixed mode at
   // 195 ms per iteration where the run took 304 and then 364).
-  std::vector<std::uint8_t> used(nbuf, 0);
-  for (std::uint32_t pos = 0; pos < len; ++pos) {
-    for (BufferId id : schedule.buffersAt(pos)) {
-      if (id < nbuf) used[id] = 1;
-    }
-  }
   for (BufferId id = 0; id < nbuf; ++id) {
-    if (!used[id] || buffers[id].bytes == 0 || freed_at[id] != kNone) continue;
+    if (buffers[id].bytes == 0 || freed_at[id] != kNone || schedule.nextUsePos(id, 0) == UseSchedule::kNoPos) {
+      continue;
+    }
     WorkloadBuffer b;
     b.name = "buffer " + std::to_string(id);
     b.bytes = buffers[id].bytes;

@@ -742,22 +742,23 @@ TEST(DeltaPolicy, ASwapAheadIsNotLeftForLaterForItsCopyOut) {
       std::int64_t t = 0;
       learnRing(p, n, bytes, t);
       const auto last = static_cast<BufferId>(n - 1);  // next used by launch n - 2
+      // One victim asked for, now, with every buffer but `candidate` kept.
       std::vector<BufferId> all_but;
-      auto keep_all_but = [&](BufferId id) {
+      std::array<Victim, 1> out{};
+      auto choose = [&](bool urgent, BufferId candidate) {
         all_but.clear();
         for (int b = 0; b < n; ++b) {
-          if (static_cast<BufferId>(b) != id) all_but.push_back(static_cast<BufferId>(b));
+          if (static_cast<BufferId>(b) != candidate) all_but.push_back(static_cast<BufferId>(b));
         }
-        return std::span<const BufferId>(all_but);
+        EvictRequest request;
+        request.bytes = bytes;
+        request.urgent = urgent;
+        request.now_ns = t;
+        request.keep = all_but;
+        return p.chooseVictims(request, out);
       };
-      std::array<Victim, 1> out{};
       // A swap ahead of the last buffer that comes back in time: its class costs nothing.
-      EvictRequest ahead;
-      ahead.bytes = bytes;
-      ahead.urgent = false;
-      ahead.now_ns = t;
-      ahead.keep = keep_all_but(last);
-      ASSERT_EQ(p.chooseVictims(ahead, out), 1u);
+      ASSERT_EQ(choose(false, last), 1u);
       ASSERT_EQ(out[0].action, Action::kSwap);
       p.onEvicted(last, Action::kSwap);
       for (int i = 0; i < n; ++i) {
@@ -770,19 +771,13 @@ TEST(DeltaPolicy, ASwapAheadIsNotLeftForLaterForItsCopyOut) {
       // of the link's load costs, below a whole copy out).
       const auto cheap = static_cast<BufferId>(n / 2);
       p.onRecomputable(cheap, p.costs().transferNs(Direction::kHostToDevice, bytes) / 2);
-      EvictRequest urgent;
-      urgent.bytes = bytes;
-      urgent.now_ns = t;
-      urgent.keep = keep_all_but(cheap);
-      ASSERT_EQ(p.chooseVictims(urgent, out), 1u);
+      ASSERT_EQ(choose(true, cheap), 1u);
       ASSERT_EQ(out[0].action, Action::kRecompute);
       p.onEvicted(cheap, Action::kRecompute);
       // Memory needed at the next launch: the last buffer's copy out would show in full, its
       // restore would not. It goes now.
       p.onIteration(t);
-      ahead.now_ns = t;
-      ahead.keep = keep_all_but(last);
-      ASSERT_EQ(p.chooseVictims(ahead, out), 1u) << n << " " << bytes;
+      ASSERT_EQ(choose(false, last), 1u) << n << " " << bytes;
       EXPECT_EQ(out[0].id, last);
       EXPECT_EQ(out[0].action, Action::kSwap);
     }
