@@ -102,6 +102,40 @@ TEST_F(Faults, SyncCopyFromMappedRangeWithoutAccessDies) {
       "cudasim: illegal address 0x[0-9a-f]+.*cuMemcpyDtoH_v2");
 }
 
+// Copies reach device memory through its physical pages (cudasim's copy engines), yet fault
+// as the device addresses would.
+TEST_F(Faults, CopyRunningOffTheEndOfAMappingDies) {
+  MapFirstGranule(/*with_access=*/true);
+  PinnedBuffer src(4096);
+  ASSERT_TRUE(src.ok());
+  EXPECT_EXIT(
+      {
+        cuMemcpyHtoD(va_ + gran_ - 2048, src.data(), 4096);
+        std::_Exit(0);
+      },
+      ::testing::KilledBySignal(SIGABRT), "cudasim: illegal address 0x[0-9a-f]+.*cuMemcpyHtoD_v2");
+}
+
+TEST_F(Faults, CopyIntoReadOnlyMemoryDiesAndCopyOutOfItWorks) {
+  MapFirstGranule(/*with_access=*/true);
+  ASSERT_CU(cuMemsetD8(va_, 7, gran_));
+  ASSERT_CU(cuCtxSynchronize());  // the memset writes before the access is lowered
+  CUmemAccessDesc d{};
+  d.location = prop_.location;
+  d.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
+  ASSERT_CU(cuMemSetAccess(va_, gran_, &d, 1));
+  unsigned char out[64] = {};
+  ASSERT_CU(cuMemcpyDtoH(out, va_ + 64, sizeof out));
+  EXPECT_EQ(out[0], 7);
+  EXPECT_EQ(out[63], 7);
+  EXPECT_EXIT(
+      {
+        cuMemcpyHtoD(va_ + 64, out, sizeof out);
+        std::_Exit(0);
+      },
+      ::testing::KilledBySignal(SIGABRT), "cudasim: illegal address 0x[0-9a-f]+.*cuMemcpyHtoD_v2");
+}
+
 TEST_F(Faults, KernelTouchingUnmappedMemoryDiesNamingTheKernel) {
   CUfunction f = TouchFunc();
   CUdeviceptr target = va_ + gran_ + 4096;

@@ -1,5 +1,6 @@
 /* Virtual memory management: granularity, reserve/create/map/set-access, the evict and
  * restore cycle at one address, and the errors of misuse. Real CUDA API only. */
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -106,6 +107,45 @@ TEST_F(Vmm, CopySpansTwoHandlesMappedSideBySide) {
   ASSERT_CU(cuMemRelease(h1));
   ASSERT_CU(cuMemRelease(h2));
   ASSERT_CU(cuMemAddressFree(va, 2 * gran_));
+}
+
+// Physical memory out of address order, and a mapping that starts inside its handle: one copy
+// in and one out across all of it, with a memset through the device addresses in between.
+TEST_F(Vmm, CopiesFollowEachMappingToItsPhysicalMemory) {
+  CUdeviceptr va = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, 3 * gran_, 0, 0, 0));
+  CUmemGenericAllocationHandle later, earlier, wide;
+  ASSERT_CU(cuMemCreate(&wide, 2 * gran_, &prop_, 0));
+  ASSERT_CU(cuMemCreate(&later, gran_, &prop_, 0));
+  ASSERT_CU(cuMemCreate(&earlier, gran_, &prop_, 0));
+  ASSERT_CU(cuMemMap(va, gran_, 0, earlier, 0));
+  ASSERT_CU(cuMemMap(va + gran_, gran_, 0, later, 0));
+  ASSERT_CU(cuMemMap(va + 2 * gran_, gran_, gran_, wide, 0));  // the second half of `wide`
+  CUmemAccessDesc d = Access();
+  ASSERT_CU(cuMemSetAccess(va, 3 * gran_, &d, 1));
+  const size_t size = 3 * gran_;
+  std::vector<unsigned char> in(size), out(size);
+  for (size_t i = 0; i < size; ++i) in[i] = static_cast<unsigned char>((i * 7) ^ (i >> 12));
+  ASSERT_CU(cuMemcpyHtoD(va, in.data(), size));
+  ASSERT_CU(cuMemsetD8(va + gran_ - 100, 0x5a, 200));
+  ASSERT_CU(cuMemsetD8(va + 2 * gran_ + 50, 0xa5, 100));
+  std::memset(in.data() + gran_ - 100, 0x5a, 200);
+  std::memset(in.data() + 2 * gran_ + 50, 0xa5, 100);
+  ASSERT_CU(cuMemcpyDtoH(out.data(), va, size));
+  EXPECT_EQ(in, out);
+  // The same bytes through a mapping of the whole of `wide`, elsewhere.
+  CUdeviceptr other = 0;
+  ASSERT_CU(cuMemAddressReserve(&other, 2 * gran_, 0, 0, 0));
+  ASSERT_CU(cuMemMap(other, 2 * gran_, 0, wide, 0));
+  ASSERT_CU(cuMemSetAccess(other, 2 * gran_, &d, 1));
+  std::vector<unsigned char> half(gran_);
+  ASSERT_CU(cuMemcpyDtoH(half.data(), other + gran_, gran_));
+  EXPECT_TRUE(std::equal(half.begin(), half.end(), in.begin() + 2 * gran_));
+  ASSERT_CU(cuMemUnmap(other, 2 * gran_));
+  ASSERT_CU(cuMemAddressFree(other, 2 * gran_));
+  ASSERT_CU(cuMemUnmap(va, 3 * gran_));
+  for (auto h : {earlier, later, wide}) ASSERT_CU(cuMemRelease(h));
+  ASSERT_CU(cuMemAddressFree(va, 3 * gran_));
 }
 
 TEST_F(Vmm, ReleasedHandleStaysUsableWhileMapped) {

@@ -92,6 +92,61 @@ DeviceMemory::DeviceMemory(uint64_t capacity) : capacity_(capacity), addresses_(
   addresses_ = RangeAllocator(base_, size_);
   poolFd_ = newMemoryFile("cudasim-device-memory", capacity_);
   pool_ = RangeAllocator(0, capacity_);
+  void* window = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+                      poolFd_, 0);
+  if (window == MAP_FAILED) die("mapping the physical memory file failed");
+  physicalWindow_ = static_cast<std::byte*>(window);
+}
+
+void DeviceMemory::takeAway(uint64_t address, uint64_t bytes) {
+  makeInaccessible(address, bytes);
+  epoch_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void DeviceMemory::appendPhysical(const Physical& physical, uint64_t offset, uint64_t bytes,
+                                  std::vector<Piece>* pieces) const {
+  uint64_t pieceStart = 0;  // offset in the handle of the piece at hand
+  for (const auto& [fileOffset, pieceBytes] : physical.pieces) {
+    const uint64_t from = std::max(offset, pieceStart);
+    const uint64_t to = std::min(offset + bytes, pieceStart + pieceBytes);
+    if (from < to)
+      pieces->push_back(Piece{physicalWindow_ + fileOffset + (from - pieceStart), to - from});
+    pieceStart += pieceBytes;
+  }
+}
+
+bool DeviceMemory::physicalPieces(uint64_t address, uint64_t bytes, bool write,
+                                  std::vector<Piece>* pieces, uint64_t* epoch) {
+  if (bytes == 0 || !inAddressSpace(address, bytes)) return false;
+  std::lock_guard lock(mutex_);
+  *epoch = epoch_.load(std::memory_order_acquire);
+  const uint64_t end = address + bytes;
+  auto mapping = mappings_.upper_bound(address);
+  if (mapping != mappings_.begin() &&
+      std::prev(mapping)->first + std::prev(mapping)->second.bytes > address) {
+    // Virtual memory management: one mapping after another, each with the access asked for.
+    uint64_t cursor = address;
+    for (--mapping; cursor < end; ++mapping) {
+      if (mapping == mappings_.end() || mapping->first > cursor) return false;
+      const Mapping& m = mapping->second;
+      const bool allowed = m.protection != kMixedProtection &&
+                           (m.protection & (write ? PROT_WRITE : PROT_READ)) != 0;
+      const Physical& physical = physicals_.at(m.handle);
+      if (!allowed || physical.fd != poolFd_ || physical.pieces.empty()) return false;
+      const uint64_t to = std::min(end, mapping->first + m.bytes);
+      appendPhysical(physical, m.offset + (cursor - mapping->first), to - cursor, pieces);
+      cursor = to;
+    }
+    return true;
+  }
+  // cuMemAlloc memory: read-write, one run of the file.
+  auto region = regionContaining(address, bytes);
+  if (region == regions_.end() || region->second.kind != RegionKind::kAllocation ||
+      address - region->first + bytes > region->second.physicalBytes)
+    return false;
+  pieces->push_back(
+      Piece{physicalWindow_ + region->second.physicalOffset + (address - region->first), bytes});
+  return true;
 }
 
 bool DeviceMemory::fits(uint64_t bytes) const {
@@ -233,7 +288,7 @@ CUresult DeviceMemory::free(CUdeviceptr address) {
     return CUDA_ERROR_INVALID_VALUE;
   const Region region = it->second;
   regions_.erase(it);
-  makeInaccessible(address, region.physicalBytes);
+  takeAway(address, region.physicalBytes);
   if (region.kind == RegionKind::kManaged) {
     // Its pages were anonymous memory, returned by the remapping above.
     addresses_.release(address, region.addressBytes);
@@ -393,7 +448,7 @@ CUresult DeviceMemory::map(CUdeviceptr address, uint64_t bytes, uint64_t offset,
     }
   }
   physical->second.mappings++;
-  mappings_[address] = Mapping{bytes, handle};
+  mappings_[address] = Mapping{bytes, handle, offset};
   return CUDA_SUCCESS;
 }
 
@@ -410,7 +465,7 @@ CUresult DeviceMemory::unmap(CUdeviceptr address, uint64_t bytes) {
   }
   if (cursor != address + bytes) return CUDA_ERROR_INVALID_VALUE;
   for (auto m = mappings_.find(address); m != mappings_.end() && m->first < address + bytes;) {
-    makeInaccessible(m->first, m->second.bytes);
+    takeAway(m->first, m->second.bytes);
     auto physical = physicals_.find(m->second.handle);
     physical->second.mappings--;
     freeIfUnused(physical);
@@ -432,8 +487,9 @@ CUresult DeviceMemory::setAccess(CUdeviceptr address, uint64_t bytes, CUmemAcces
   std::lock_guard lock(mutex_);
   // Every byte of the range must be mapped.
   uint64_t cursor = address;
-  auto it = mappings_.upper_bound(address);
-  if (it != mappings_.begin()) --it;
+  auto first = mappings_.upper_bound(address);
+  if (first != mappings_.begin()) --first;
+  auto it = first;
   for (; cursor < address + bytes; ++it) {
     if (it == mappings_.end() || it->first > cursor || it->first + it->second.bytes <= cursor)
       return CUDA_ERROR_INVALID_VALUE;
@@ -441,6 +497,11 @@ CUresult DeviceMemory::setAccess(CUdeviceptr address, uint64_t bytes, CUmemAcces
   }
   if (mprotect(reinterpret_cast<void*>(address), bytes, protection) != 0)
     return CUDA_ERROR_INVALID_VALUE;
+  for (auto m = first; m != it; ++m) {
+    const bool whole = m->first >= address && m->first + m->second.bytes <= address + bytes;
+    m->second.protection = whole ? protection : kMixedProtection;
+  }
+  epoch_.fetch_add(1, std::memory_order_acq_rel);  // access may have been lowered
   return CUDA_SUCCESS;
 }
 
@@ -521,7 +582,7 @@ void DeviceMemory::freeChunk(CUdeviceptr address) {
   auto it = chunks_.find(address);
   if (it == chunks_.end()) return;
   const uint64_t bytes = it->second.addressBytes - kPageSize;
-  makeInaccessible(address, bytes);
+  takeAway(address, bytes);
   for (const auto& [offset, pieceBytes] : it->second.pieces) pool_.release(offset, pieceBytes);
   used_ -= bytes;
   addresses_.release(address, it->second.addressBytes);
@@ -585,7 +646,7 @@ CUresult DeviceMemory::ipcClose(CUdeviceptr address) {
   auto it = regions_.find(address);
   if (it == regions_.end() || it->second.kind != RegionKind::kImport)
     return CUDA_ERROR_INVALID_VALUE;
-  makeInaccessible(address, it->second.bytes);
+  takeAway(address, it->second.bytes);
   addresses_.release(address, it->second.addressBytes);
   regions_.erase(it);
   return CUDA_SUCCESS;

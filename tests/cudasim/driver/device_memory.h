@@ -11,6 +11,8 @@
 
 #include <cuda.h>
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -86,6 +88,26 @@ class DeviceMemory {
   void addSubAllocation(CUdeviceptr address, uint64_t bytes);
   void removeSubAllocation(CUdeviceptr address);
 
+  // How the copy engines reach device memory. A GPU's copy engine writes physical memory through
+  // page tables set up when the memory was mapped; a process's first touch of a new mapping
+  // instead takes a page fault per 4 KiB page, which on some machines (a virtual machine with
+  // slow faults) costs twenty times the copy itself, and would time the machine, not the model.
+  // So copies go through one lasting mapping of the physical memory file: `pieces` gets the
+  // physical bytes behind [address, address + bytes), in order. False (and `pieces` left
+  // partial) when some byte is not mapped with the access asked for, or does not live in the pool
+  // file (exportable or imported memory, pools' chunks): the caller then copies through the device
+  // address, which faults where it must. `epoch` gets mappingEpoch() as of the answer.
+  struct Piece {
+    std::byte* data;
+    uint64_t bytes;
+  };
+  bool physicalPieces(uint64_t address, uint64_t bytes, bool write, std::vector<Piece>* pieces,
+                      uint64_t* epoch);
+  // Changes whenever access to some device memory is taken away (unmapped, freed, access
+  // lowered). A copy that ran through physicalPieces() and finds it changed asks again: device
+  // memory taken away under a copy is an illegal address, as on a GPU.
+  uint64_t mappingEpoch() const { return epoch_.load(std::memory_order_acquire); }
+
   // Legacy IPC, for cuMemAlloc memory only.
   CUresult ipcExport(CUdeviceptr address, CUipcMemHandle* out);
   CUresult ipcOpen(const CUipcMemHandle& handle, CUdeviceptr* out);
@@ -124,7 +146,10 @@ class DeviceMemory {
   struct Mapping {
     uint64_t bytes;
     CUmemGenericAllocationHandle handle;
+    uint64_t offset;                   // where in the handle's memory the mapping starts
+    int protection = 0;                // PROT_*; kMixedProtection when set on part of it only
   };
+  static constexpr int kMixedProtection = -1;
   struct Chunk {
     uint64_t addressBytes;  // guard page included
     std::vector<std::pair<uint64_t, uint64_t>> pieces;  // physical offset, bytes
@@ -141,11 +166,18 @@ class DeviceMemory {
   // Physical memory goes when nothing refers to it: no handle and no mapping.
   void freeIfUnused(std::map<CUmemGenericAllocationHandle, Physical>::iterator it);
   void releasePhysical(const Physical& physical);
+  // Makes the range fault again (reserved, PROT_NONE) and moves the epoch on.
+  void takeAway(uint64_t address, uint64_t bytes);
+  // physicalPieces() for one pool-file range of a handle's memory.
+  void appendPhysical(const Physical& physical, uint64_t offset, uint64_t bytes,
+                      std::vector<Piece>* pieces) const;
 
   const uint64_t capacity_;
   uint64_t base_ = 0;
   uint64_t size_ = 0;
   int poolFd_ = -1;
+  std::byte* physicalWindow_ = nullptr;  // the pool file, mapped once, whole (physicalPieces)
+  std::atomic<uint64_t> epoch_{0};
 
   std::mutex mutex_;
   uint64_t used_ = 0;

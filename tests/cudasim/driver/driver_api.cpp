@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -176,6 +177,44 @@ void copyRows(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size
                 static_cast<const std::byte*>(src) + row * srcPitch, width);
 }
 
+// A copy as a copy engine runs it: a device side of a host copy through its physical pages
+// (DeviceMemory::physicalPieces: no page fault per 4 KiB of a new mapping, which the model does
+// not have), and, should access to it have been taken away while the bytes moved, the fault a
+// GPU would raise. Device-to-device copies, strided rows and memory outside the pool file go
+// through the device addresses, which fault where they must.
+void engineCopy(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t width,
+                size_t height, bool dstDevice, bool srcDevice) {
+  const bool contiguous = height == 1 || (dstPitch == width && srcPitch == width);
+  if (dstDevice == srcDevice || !contiguous)
+    return copyRows(dst, dstPitch, src, srcPitch, width, height);
+  const size_t bytes = width * height;
+  const uint64_t device = reinterpret_cast<uint64_t>(dstDevice ? dst : src);
+  DeviceMemory& memory = the().memory;
+  thread_local std::vector<DeviceMemory::Piece> pieces;
+  pieces.clear();
+  uint64_t epoch = 0;
+  if (!memory.physicalPieces(device, bytes, dstDevice, &pieces, &epoch))
+    return copyRows(dst, dstPitch, src, srcPitch, width, height);
+  size_t done = 0;
+  for (const DeviceMemory::Piece& piece : pieces) {
+    if (dstDevice)
+      std::memcpy(piece.data, static_cast<const std::byte*>(src) + done, piece.bytes);
+    else
+      std::memcpy(static_cast<std::byte*>(dst) + done, piece.data, piece.bytes);
+    done += piece.bytes;
+  }
+  if (memory.mappingEpoch() == epoch) return;
+  // Access to some device memory was taken away while the bytes moved: was it to this?
+  thread_local std::vector<DeviceMemory::Piece> now;
+  now.clear();
+  const auto same = [](const DeviceMemory::Piece& a, const DeviceMemory::Piece& b) {
+    return a.data == b.data && a.bytes == b.bytes;
+  };
+  if (!memory.physicalPieces(device, bytes, dstDevice, &now, &epoch) ||
+      !std::equal(pieces.begin(), pieces.end(), now.begin(), now.end(), same))
+    reportIllegalAddress(device);
+}
+
 // One copy. `dstDevice`/`srcDevice` say which side is device memory (checked); `async`
 // says whether the call is an ...Async one. When it returns to the caller follows the CUDA
 // documentation on API synchronisation behaviour:
@@ -229,19 +268,22 @@ CUresult copyShaped(const char* call, void* dst, const void* src, Shape shape, b
     try {
       staged = std::make_shared<std::vector<std::byte>>(bytes);
       copyRows(staged->data(), shape.width, src, shape.srcPitch, shape.width, shape.height);
-      item.run = [dst, staged, shape] {
-        copyRows(dst, shape.dstPitch, staged->data(), shape.width, shape.width, shape.height);
+      item.run = [dst, staged, shape, dstDevice] {
+        engineCopy(dst, shape.dstPitch, staged->data(), shape.width, shape.width, shape.height,
+                   dstDevice, false);
       };
       wait = !async;
     } catch (const std::bad_alloc&) {
-      item.run = [dst, src, shape] {
-        copyRows(dst, shape.dstPitch, src, shape.srcPitch, shape.width, shape.height);
+      item.run = [dst, src, shape, dstDevice] {
+        engineCopy(dst, shape.dstPitch, src, shape.srcPitch, shape.width, shape.height,
+                   dstDevice, false);
       };
       wait = true;
     }
   } else {
-    item.run = [dst, src, shape] {
-      copyRows(dst, shape.dstPitch, src, shape.srcPitch, shape.width, shape.height);
+    item.run = [dst, src, shape, dstDevice, srcDevice] {
+      engineCopy(dst, shape.dstPitch, src, shape.srcPitch, shape.width, shape.height, dstDevice,
+                 srcDevice);
     };
     if (srcDevice && dstDevice)
       wait = false;

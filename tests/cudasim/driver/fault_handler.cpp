@@ -68,13 +68,8 @@ void chain(const struct sigaction& previous, int signal, siginfo_t* info, void* 
   sigaction(signal, &fallback, nullptr);
 }
 
-void onFault(int signal, siginfo_t* info, void* context) {
-  const uint64_t address = reinterpret_cast<uint64_t>(info->si_addr);
-  const DeviceMemory* memory = gMemory.load(std::memory_order_acquire);
-  if (memory == nullptr || !memory->inAddressSpace(address, 1)) {
-    chain(signal == SIGBUS ? gPreviousBus : gPreviousSegv, signal, info, context);
-    return;
-  }
+// Async-signal-safe: it runs in the fault handler.
+[[noreturn]] void report(uint64_t address) {
   Message message;
   message.text("cudasim: illegal address ").hex(address).text(": ");
   if (const WorkLabel* work = tCurrentWork) {
@@ -89,6 +84,16 @@ void onFault(int signal, siginfo_t* info, void* context) {
   abortDefault.sa_handler = SIG_DFL;
   sigaction(SIGABRT, &abortDefault, nullptr);
   abort();
+}
+
+void onFault(int signal, siginfo_t* info, void* context) {
+  const uint64_t address = reinterpret_cast<uint64_t>(info->si_addr);
+  const DeviceMemory* memory = gMemory.load(std::memory_order_acquire);
+  if (memory == nullptr || !memory->inAddressSpace(address, 1)) {
+    chain(signal == SIGBUS ? gPreviousBus : gPreviousSegv, signal, info, context);
+    return;
+  }
+  report(address);
 }
 
 }  // namespace
@@ -107,5 +112,7 @@ void installFaultHandler(const DeviceMemory* memory) {
 }
 
 void setCurrentWork(const WorkLabel* label) { tCurrentWork = label; }
+
+void reportIllegalAddress(uint64_t address) { report(address); }
 
 }  // namespace cudasim

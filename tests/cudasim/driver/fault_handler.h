@@ -22,4 +22,8 @@ void installFaultHandler(const DeviceMemory* memory);
 // The work this thread is running now (nullptr: host code).
 void setCurrentWork(const WorkLabel* label);
 
+// The same report and abort, for a touch found without a fault: a copy engine's, which reaches
+// device memory through its physical pages (DeviceMemory::physicalPieces).
+[[noreturn]] void reportIllegalAddress(uint64_t address);
+
 }  // namespace cudasim
