@@ -46,18 +46,26 @@ void PhysicalPool::trim(uint64_t bytes) {
   }
 }
 
+uint64_t HostPool::blockBytes(uint64_t bytes) {
+  if (bytes <= 4) return bytes;
+  const int top = 63 - __builtin_clzll(bytes - 1);  // bytes - 1 < 2^(top + 1)
+  const uint64_t step = uint64_t{1} << (top - 2 > 0 ? top - 2 : 0);
+  return (bytes + step - 1) / step * step;
+}
+
 void* HostPool::take(uint64_t bytes, bool* pinned) {
-  auto it = blocks_.find(bytes);
+  const uint64_t block = blockBytes(bytes);
+  auto it = blocks_.find(block);
   if (it != blocks_.end()) {
     void* host = it->second;
     blocks_.erase(it);
     *pinned = true;
     return host;
   }
-  if (pinnedBytes_ + bytes <= limit_) {
+  if (pinnedBytes_ + block <= limit_) {
     void* host = nullptr;
-    if (api_.cuMemHostAlloc(&host, bytes, 0) == CUDA_SUCCESS) {
-      pinnedBytes_ += bytes;
+    if (api_.cuMemHostAlloc(&host, block, 0) == CUDA_SUCCESS) {
+      pinnedBytes_ += block;
       *pinned = true;
       return host;
     }
@@ -72,7 +80,7 @@ void* HostPool::take(uint64_t bytes, bool* pinned) {
 void HostPool::give(void* host, uint64_t bytes, bool pinned) {
   if (host == nullptr) return;
   if (pinned)
-    blocks_.emplace(bytes, host);
+    blocks_.emplace(blockBytes(bytes), host);
   else
     std::free(host);
 }

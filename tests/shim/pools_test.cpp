@@ -158,6 +158,34 @@ TEST_F(Pools, HostMemoryIsPinnedUpToTheLimitThenPageableAndCounted) {
   std::free(b);
 }
 
+TEST_F(Pools, PinnedBlocksComeInClassesThatBuffersOfNearSizesShare) {
+  // Classes: every multiple of 2 MiB up to 16 MiB, then four per doubling.
+  for (uint64_t mib = 2; mib <= 16; mib += 2) EXPECT_EQ(HostPool::blockBytes(mib * kMiB), mib * kMiB);
+  EXPECT_EQ(HostPool::blockBytes(18 * kMiB), 20 * kMiB);
+  EXPECT_EQ(HostPool::blockBytes(33 * kMiB), 40 * kMiB);
+  EXPECT_EQ(HostPool::blockBytes(64 * kMiB), 64 * kMiB);
+  for (uint64_t bytes : {uint64_t{1}, uint64_t{4097}, 3 * kMiB + 1, 100 * kMiB, 5000 * kMiB}) {
+    const uint64_t block = HostPool::blockBytes(bytes);
+    EXPECT_GE(block, bytes);
+    EXPECT_LE(block, bytes + bytes / 4 + 1) << bytes;
+    EXPECT_EQ(HostPool::blockBytes(block), block) << bytes;
+  }
+  HostPool host(api, 64 * kMiB);
+  bool pinned = false;
+  void* a = host.take(18 * kMiB, &pinned);
+  ASSERT_NE(a, nullptr);
+  EXPECT_TRUE(pinned);
+  EXPECT_EQ(host.pinnedBytes(), 20 * kMiB);  // the limit counts what was pinned
+  host.give(a, 18 * kMiB, true);
+  EXPECT_EQ(host.take(20 * kMiB, &pinned), a);  // another size of the same class
+  EXPECT_EQ(fake.hostAllocs, 1);
+  void* b = host.take(22 * kMiB, &pinned);  // the next class: a block of its own
+  EXPECT_NE(b, a);
+  EXPECT_EQ(fake.hostAllocs, 2);
+  std::free(a);
+  std::free(b);
+}
+
 TEST_F(Pools, EventsAreMadeOnceAndReused) {
   EventPool events(api);
   CUevent a = events.take();
