@@ -97,6 +97,16 @@ TEST(DeltaPlay, WithoutTheShimTheGpuIsBusyForTheTracesTime) {
     const double replayMs = replayIterationMs(trace);
     EXPECT_GE(playedMs + 0.2, replayMs) << played.out;
     EXPECT_NEAR(replayMs, computeNs / 1e6, 0.01);
+    // The host's overrun in the measured iterations, per iteration: at most all of the run's.
+    const std::string steadyOverrun = played.value("steady_host_overrun_ns");
+    ASSERT_FALSE(steadyOverrun.empty()) << played.out;
+    std::smatch overrun;
+    const double runOverrunNs =
+        std::regex_search(played.err, overrun, std::regex(R"(\(([0-9.]+) s in all)"))
+            ? std::stod(overrun[1]) * 1e9
+            : 0;
+    EXPECT_GE(std::stod(steadyOverrun), 0);
+    EXPECT_LE(std::stod(steadyOverrun), runOverrunNs + 1e6) << played.err;
     std::remove(trace.c_str());
   }
 }

@@ -106,6 +106,15 @@ int64_t nowNs() {
       .count();
 }
 
+// cudasim's running total of host work past its modeled time; a GPU has none.
+int64_t hostOverrunNs() {
+#ifdef DELTA_PLAY_CUDA
+  return 0;
+#else
+  return cudasimTimingOverrunNs();
+#endif
+}
+
 // ---- what the kernels see ---------------------------------------------------------------------
 
 // The kernel parameters: op, iteration, the one result to write (recompute; -1: every one), then
@@ -254,7 +263,9 @@ class Player {
     }
     CHECK(cudaStreamSynchronize(stream_));
     double measured = 0;
+    int64_t measuredOverrunNs = 0;  // cudasim: host work past its modeled time, in those
     for (uint32_t i = 0; i < o_.iterations; ++i) {
+      const int64_t overrunBefore = hostOverrunNs();
       const int64_t start = nowNs();
       if (markIteration_ != nullptr) markIteration_();
       for (size_t op = 0; op < plan_.ops(); ++op) step(i, op);
@@ -271,9 +282,16 @@ class Player {
         return 1;
       }
       std::printf("iteration_%u_ns: %lld%s\n", i, static_cast<long long>(ns), i < o_.warmup ? " (warm-up)" : "");
-      if (i >= o_.warmup) measured += static_cast<double>(ns);
+      if (i >= o_.warmup) {
+        measured += static_cast<double>(ns);
+        measuredOverrunNs += hostOverrunNs() - overrunBefore;
+      }
     }
     const uint32_t counted = o_.iterations - o_.warmup;
+#ifndef DELTA_PLAY_CUDA
+    // How much of steady_ns this machine may account for rather than the model (docs/delta-play.md).
+    std::printf("steady_host_overrun_ns: %lld\n", static_cast<long long>(measuredOverrunNs / counted));
+#endif
     std::printf("delta-play: steady_ns=%lld peak_bytes=%llu tokens=%016llx iterations=%u\n",
                 static_cast<long long>(std::llround(measured / counted)),
                 static_cast<unsigned long long>(peak_),

@@ -83,6 +83,8 @@ struct ExportTable {
   CUresult (*functionForKernel)(CUkernel kernel, CUfunction* function, bool load);
   // CUDASIM_FAULTS=foreign-stubs: cudaGetFuncBySymbol knows no symbol.
   bool (*foreignStubs)();
+  // cudasimTimingOverrunNs: by how much, in all, those items outlasted their modeled time.
+  int64_t (*timingOverrunNs)();
 };
 
 }  // namespace cudasim

@@ -755,13 +755,14 @@ void kernelTime(int64_t nanoseconds) { declareKernelTime(nanoseconds); }
 bool cuptiEnableFails() { return faults().cuptiEnableFail.load(); }
 bool foreignStubs() { return faults().foreignStubs.load(); }
 uint64_t timingOverruns() { return timing().overruns(); }
+int64_t timingOverrunNs() { return timing().overrunNs(); }
 
 const ExportTable kExportTable = {sizeof(ExportTable), registerKernel,      functionForSymbol,
                                   &gCallbacks,          subscribe,           unsubscribe,
                                   setRuntimeOrigin,     setFaults,           cuptiSubscribeFails,
                                   cuptiEnableFails,     kernelTime,          timingOverruns,
                                   kernelForSymbol,      functionForKernel,
-                                  foreignStubs};
+                                  foreignStubs,         timingOverrunNs};
 
 }  // namespace
 

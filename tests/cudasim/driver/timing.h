@@ -53,6 +53,7 @@ class Timing {
 
   // Timed items whose host work outlasted their modeled time, so far.
   uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
+  int64_t overrunNs() const { return overrunNs_.load(std::memory_order_relaxed); }
 
   // At exit, with CUDASIM_VERBOSE=1: what was timed, and the overruns.
   void report() const;

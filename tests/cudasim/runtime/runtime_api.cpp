@@ -382,6 +382,11 @@ uint64_t cudasimTimingOverruns() {
   return gTable != nullptr ? gTable->timingOverruns() : 0;
 }
 
+int64_t cudasimTimingOverrunNs() {
+  std::call_once(gInitOnce, initialise);
+  return gTable != nullptr ? gTable->timingOverrunNs() : 0;
+}
+
 // ---- errors and versions --------------------------------------------------------------
 
 cudaError_t CUDARTAPI cudaGetLastError(void) {

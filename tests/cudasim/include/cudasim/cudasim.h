@@ -71,6 +71,9 @@ void cudasimKernelTime(int64_t nanoseconds);
  * when its host work does, so the modeled clock is behind by that much): while it is 0, event
  * times are exactly the model's arithmetic, which is what tests check. */
 uint64_t cudasimTimingOverruns(void);
+/* By how much, in all, those items outlasted their modeled time (ns): read before and after a
+ * measured span, how much of the span this machine, not the model, may account for. */
+int64_t cudasimTimingOverrunNs(void);
 
 #ifdef __cplusplus
 } /* extern "C" */
