@@ -22,7 +22,7 @@ PolicyConfig policyConfigFor(const Workload& workload, const SimOptions& options
   config.max_uses = static_cast<std::uint32_t>(uses) * 2;
   config.h2d_gbps = options.h2d_gbps;
   config.d2h_gbps = options.d2h_gbps;
-  config.budget_bytes = options.budget_bytes;
+  config.budget_bytes = options.plan ? options.budget_bytes : 0;  // 0: the policy never plans
   config.plan_elsewhere = options.plan_elsewhere;
   return config;
 }

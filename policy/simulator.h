@@ -38,6 +38,9 @@ struct SimOptions {
   std::uint32_t iterations = 3;
   std::uint32_t warmup = 1;
   bool iteration_markers = true;  // tell the policy where iterations start
+  // delta (and its variants) plan each learned iteration within the budget; false: they keep
+  // their configured mode, as libdelta.so does by default (DELTA_PLAN=0).
+  bool plan = true;
   // Stop once the simulated clock (warm-up included) passes this, and say so (SimResult::
   // gave_up); 0: never. For callers that only need to know whether a run beats another.
   std::int64_t give_up_after_ns = 0;

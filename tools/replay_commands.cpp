@@ -29,6 +29,8 @@ constexpr std::string_view kSimHelp =
     "  --d2h-gbps Y      device-to-host bandwidth, GB/s (default 12)\n"
     "  --iterations N    iterations replayed (default 3)\n"
     "  --warmup W        first iterations left out of time and bytes (default 1)\n"
+    "  --no-plan         delta keeps its configured mode instead of planning each iteration it\n"
+    "                    learns: what libdelta.so does by default (DELTA_PLAN=0)\n"
     "PyTorch Execution Traces (docs/pytorch-traces.md):\n"
     "  --kineto FILE     time the ET's ops by the GPU kernels of this Kineto trace, recorded\n"
     "                    with it (ops missing from it fall back to the cost model)\n"
@@ -41,7 +43,7 @@ constexpr std::string_view kSimHelp =
 
 const std::vector<OptionSpec> kSimOptions = {
     {"h2d-gbps", true}, {"d2h-gbps", true}, {"iterations", true}, {"warmup", true}, {"help", false},
-    {"kineto", true},   {"gpu", true}};
+    {"kineto", true},   {"gpu", true},        {"no-plan", false}};
 
 // replay and sweep: the workload as delta-play --scale N plays it under libdelta.so.
 constexpr std::string_view kAsPlayedHelp =
@@ -87,6 +89,7 @@ std::string simOptions(const CliArgs& a, SimOptions& o) {
     o.warmup = *x;
   }
   if (o.warmup >= o.iterations) return "--warmup must be smaller than --iterations";
+  if (a.has("no-plan")) o.plan = false;
   return {};
 }
 

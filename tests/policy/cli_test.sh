@@ -67,6 +67,9 @@ done
 # fresh starts and dropping on demand among them.
 grep -Eq '^plan +(mixed|swap-only|recompute-only)(/net|/on-demand)?(/fresh)? \(predicted per iteration: mixed [0-9.]+ ms,.* recompute-only/on-demand [0-9.]+ ms,.* swap-only/fresh [0-9.]+ ms,' "$tmp/out" ||
   { echo "FAIL: replay shows no plan" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
+"$bin" replay --policy delta --budget 70% --no-plan "$fx" >"$tmp/out" 2>&1 &&
+  grep -q '^overhead' "$tmp/out" && ! grep -q '^plan' "$tmp/out" ||
+  { echo "FAIL: delta replay with --no-plan shows a plan" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 "$bin" replay --policy lru --budget 70% "$fx" >"$tmp/out" 2>&1 && ! grep -q '^plan' "$tmp/out" ||
   { echo "FAIL: lru replay shows a plan" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 "$bin" sweep --csv --policies delta,belady --budgets 50%,20000 "$fx" >"$tmp/out" 2>&1 &&
