@@ -51,8 +51,8 @@ class HostPool {
   // doubling (at most a quarter more than asked; below 16 MiB every multiple of 2 MiB, the
   // buffers' own granularity, is a class), so that a buffer evicted finds a block that one of
   // another size left: exact sizes made a new block, each a driver call that pins its pages,
-  // for most evictions of a network whose buffers differ (DenseNet-121: 102 blocks, 1.1 GiB,
-  // for 3.4 GiB evicted in four iterations).
+  // for most evictions of a network whose buffers differ (DenseNet-121: about 100 blocks,
+  // 1.1 GiB, for 3.4 GiB evicted in four iterations).
   static uint64_t blockBytes(uint64_t bytes);
   uint64_t pinnedBytes() const { return pinnedBytes_; }
   uint64_t pageableFallbacks() const { return pageableFallbacks_; }

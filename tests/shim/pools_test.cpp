@@ -160,7 +160,8 @@ TEST_F(Pools, HostMemoryIsPinnedUpToTheLimitThenPageableAndCounted) {
 
 TEST_F(Pools, PinnedBlocksComeInClassesThatBuffersOfNearSizesShare) {
   // Classes: every multiple of 2 MiB up to 16 MiB, then four per doubling.
-  for (uint64_t mib = 2; mib <= 16; mib += 2) EXPECT_EQ(HostPool::blockBytes(mib * kMiB), mib * kMiB);
+  for (uint64_t mib = 2; mib <= 16; mib += 2)
+    EXPECT_EQ(HostPool::blockBytes(mib * kMiB), mib * kMiB);
   EXPECT_EQ(HostPool::blockBytes(18 * kMiB), 20 * kMiB);
   EXPECT_EQ(HostPool::blockBytes(33 * kMiB), 40 * kMiB);
   EXPECT_EQ(HostPool::blockBytes(64 * kMiB), 64 * kMiB);

@@ -289,8 +289,10 @@ class Player {
     }
     const uint32_t counted = o_.iterations - o_.warmup;
 #ifndef DELTA_PLAY_CUDA
-    // How much of steady_ns this machine may account for rather than the model (docs/delta-play.md).
-    std::printf("steady_host_overrun_ns: %lld\n", static_cast<long long>(measuredOverrunNs / counted));
+    // How much of steady_ns this machine may account for rather than the model
+    // (docs/delta-play.md).
+    std::printf("steady_host_overrun_ns: %lld\n",
+                static_cast<long long>(measuredOverrunNs / counted));
 #endif
     std::printf("delta-play: steady_ns=%lld peak_bytes=%llu tokens=%016llx iterations=%u\n",
                 static_cast<long long>(std::llround(measured / counted)),
