@@ -275,7 +275,8 @@ void DeltaPolicy::applyPlan(Plan&& plan, bool replayed, bool current) {
   // alone: the replay's costs are of the other window's evictions, and adopting them was
   // measured worse (the sample at 12 GB/s; DenseNet-121).
   const bool new_mode = activeMode() != before;
-  if (replayed && current && (new_mode || !changed) && pattern_.retimeLearned(plan_.learned_offsets_ns)) {
+  if (replayed && current && (new_mode || !changed) &&
+      pattern_.retimeLearned(plan_.learned_offsets_ns)) {
     adoptOutcomes(plan_.outcomes);
     return;
   }

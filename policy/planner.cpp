@@ -70,9 +70,9 @@ Workload Planner::workloadFrom(const UseSchedule& schedule, std::span<const Plan
   // (a tree-rnn at 50 %: it evicted other weights first, and predicted its mixed mode at
   // 195 ms per iteration where the run took 304 and then 364).
   for (BufferId id = 0; id < nbuf; ++id) {
-    if (buffers[id].bytes == 0 || freed_at[id] != kNone || schedule.nextUsePos(id, 0) == UseSchedule::kNoPos) {
+    if (buffers[id].bytes == 0 || freed_at[id] != kNone ||
+        schedule.nextUsePos(id, 0) == UseSchedule::kNoPos)
       continue;
-    }
     WorkloadBuffer b;
     b.name = "buffer " + std::to_string(id);
     b.bytes = buffers[id].bytes;

@@ -455,7 +455,8 @@ TEST(DeltaPlanning, APlanThatKeepsModeAndWindowStartsWhereItsReplayedIterationSt
           EXPECT_DOUBLE_EQ(now.recent_load_ns, plan.outcomes.recent_load_ns);
         } else {
           ++window_only;
-          EXPECT_EQ(learned.durationNs(), first.total_ns);  // the run's own times, learned again next
+          // The run's own times, learned again next.
+          EXPECT_EQ(learned.durationNs(), first.total_ns);
         }
       }
     }

@@ -268,15 +268,15 @@ CUresult copyShaped(const char* call, void* dst, const void* src, Shape shape, b
     try {
       staged = std::make_shared<std::vector<std::byte>>(bytes);
       copyRows(staged->data(), shape.width, src, shape.srcPitch, shape.width, shape.height);
-      item.run = [dst, staged, shape, dstDevice] {
+      item.run = [dst, staged, shape] {
         engineCopy(dst, shape.dstPitch, staged->data(), shape.width, shape.width, shape.height,
-                   dstDevice, false);
+                   /*dstDevice=*/true, /*srcDevice=*/false);
       };
       wait = !async;
     } catch (const std::bad_alloc&) {
-      item.run = [dst, src, shape, dstDevice] {
+      item.run = [dst, src, shape] {
         engineCopy(dst, shape.dstPitch, src, shape.srcPitch, shape.width, shape.height,
-                   dstDevice, false);
+                   /*dstDevice=*/true, /*srcDevice=*/false);
       };
       wait = true;
     }
