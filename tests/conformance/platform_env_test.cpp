@@ -1,11 +1,14 @@
 /* cudasim's environment switches, each checked in a fresh child process:
  * CUDASIM_DEVICE_MEMORY (capacity, K/M/G suffixes, default 4G; a fragmented device),
+ * CUDASIM_WARM_MEMORY (device memory written once at start: resident, still zero),
  * CUDASIM_DEVICE_COUNT=0,
  * CUDASIM_CUPTI_DRIVER_CALLBACKS=0, CUDASIM_CUPTI_HELD_BY. */
 #include <cupti.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "conformance_util.h"
@@ -145,6 +148,71 @@ TEST(PlatformEnv, AFragmentedDeviceStillGivesPhysicalMemoryInPieces) {
   opt.set_env = {{"CUDASIM_DEVICE_MEMORY", "16M"}};
   ChildResult r = RunChild("fragmented", opt);
   EXPECT_TRUE(r.exited && r.exit_code == 0) << r.output;
+}
+
+// Shared memory this process has resident (the device memory file's pages), in bytes.
+unsigned long long ResidentSharedBytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("RssShmem:", 0) == 0) return std::stoull(line.substr(9)) * 1024;  // kB
+  return 0;
+}
+
+// args: the least and the most device memory resident after cuInit, in bytes
+CONFORMANCE_CHILD(warm) {
+  if (int rc = ChildContext(); rc != 0) return rc;
+  const unsigned long long least = std::stoull(args.at(0)), most = std::stoull(args.at(1));
+  const unsigned long long resident = ResidentSharedBytes();
+  if (resident < least) return ChildFail("resident device memory below", resident, least);
+  if (resident > most) return ChildFail("resident device memory above", resident, most);
+  // Memory from the warmed part reads zero, as fresh device memory here always has, and works.
+  constexpr size_t kBytes = 4 << 20;
+  CUdeviceptr d = 0;
+  if (CUresult r = cuMemAlloc(&d, kBytes); r != CUDA_SUCCESS) return ChildFail("cuMemAlloc", r, 0);
+  std::vector<unsigned char> back(kBytes, 0xff), pattern(kBytes);
+  if (CUresult r = cuMemcpyDtoH(back.data(), d, kBytes); r != CUDA_SUCCESS)
+    return ChildFail("copy out", r, 0);
+  for (size_t i = 0; i < kBytes; ++i)
+    if (back[i] != 0) return ChildFail("fresh memory at byte", i, 0);
+  for (size_t i = 0; i < kBytes; ++i) pattern[i] = static_cast<unsigned char>(i * 13 + 1);
+  cuMemcpyHtoD(d, pattern.data(), kBytes);
+  cuMemcpyDtoH(back.data(), d, kBytes);
+  if (back != pattern) return ChildFail("contents of warmed memory", 1, 0);
+  return 0;
+}
+
+void ExpectWarm(const char* warm, const char* capacity, unsigned long long least,
+                unsigned long long most) {
+  ChildOptions opt;
+  opt.args = {std::to_string(least), std::to_string(most)};
+  opt.set_env = {{"CUDASIM_DEVICE_MEMORY", capacity}};
+  if (warm != nullptr) opt.set_env.push_back({"CUDASIM_WARM_MEMORY", warm});
+  else opt.unset_env = {"CUDASIM_WARM_MEMORY"};
+  ChildResult r = RunChild("warm", opt);
+  EXPECT_TRUE(r.exited && r.exit_code == 0)
+      << "CUDASIM_WARM_MEMORY=" << (warm ? warm : "(unset)") << "\n" << r.output;
+}
+
+constexpr unsigned long long kMiB = 1ull << 20;
+
+TEST(PlatformEnv, WarmMemoryIsResidentFromTheStart) {
+  ExpectWarm(nullptr, "256M", 0, 8 * kMiB);
+  ExpectWarm("0", "256M", 0, 8 * kMiB);
+  ExpectWarm("64M", "256M", 64 * kMiB, 72 * kMiB);
+  ExpectWarm("1G", "128M", 128 * kMiB, 136 * kMiB);  // at most the device's memory
+}
+
+TEST(PlatformEnv, ABadWarmMemoryStopsTheProgramWithOneLine) {
+  for (const char* bad : {"lots", "-1M", "12X"}) {
+    ChildOptions opt;
+    opt.args = {"0", "0"};
+    opt.set_env = {{"CUDASIM_WARM_MEMORY", bad}};
+    ChildResult r = RunChild("warm", opt);
+    EXPECT_TRUE(r.exited && r.exit_code == 2) << bad << "\n" << r.output;
+    EXPECT_NE(r.output.find("CUDASIM_WARM_MEMORY='" + std::string(bad) + "' is not valid"),
+              std::string::npos)
+        << r.output;
+  }
 }
 
 CONFORMANCE_CHILD(no_device) {

@@ -25,7 +25,14 @@ std::string gPlay, gShim, gTrainMlp, gDeltaTrace, gSharedDtr;
 
 using Outcome = delta::testing::ChildRun;
 
+// Without warming cudasim's device memory first: that is for timings (docs/delta-play.md, Host
+// speed) and costs seconds a run; these runs check tokens and peaks. A test that wants it
+// passes CUDASIM_WARM_MEMORY itself (empty: delta-play's own choice).
 Outcome run(const std::vector<std::string>& argv, std::vector<std::string> env = {}) {
+  const bool given = std::any_of(env.begin(), env.end(), [](const std::string& v) {
+    return v.rfind("CUDASIM_WARM_MEMORY=", 0) == 0;
+  });
+  if (!given) env.push_back("CUDASIM_WARM_MEMORY=0");
   return delta::testing::runChild(argv, env);
 }
 std::vector<std::string> underShim(std::vector<std::string> env) {
@@ -85,9 +92,13 @@ TEST(DeltaPlay, WithoutTheShimTheGpuIsBusyForTheTracesTime) {
   for (const Shape& shape : kShapes) {
     SCOPED_TRACE(shape.name);
     const std::string trace = writeTemporary(delta::testing::syntheticDtrLog(shape.net));
-    Outcome played = run({gPlay, trace}, {"CUDASIM_VERBOSE=1"});
+    Outcome played = run({gPlay, trace}, {"CUDASIM_VERBOSE=1", "CUDASIM_WARM_MEMORY="});
     ASSERT_EQ(played.status, 0) << played.err;
     EXPECT_EQ(summary(played)["iterations"], "3");
+    // Device memory warmed before anything is timed: the played peak and a half, and 256 MiB.
+    const uint64_t peak = std::stoull(played.value("played_peak_bytes"));
+    const std::string warm = "CUDASIM_WARM_MEMORY=" + std::to_string(peak + peak / 2 + (256 << 20));
+    EXPECT_EQ(played.value("warm").rfind(warm + " (", 0), 0u) << played.out;
     const double computeNs = std::stod(played.value("compute_ns"));
     std::smatch busy;
     const std::regex computeBusy(R"(compute busy ([0-9.]+) s)");

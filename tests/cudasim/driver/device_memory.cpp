@@ -98,6 +98,10 @@ DeviceMemory::DeviceMemory(uint64_t capacity) : capacity_(capacity), addresses_(
   physicalWindow_ = static_cast<std::byte*>(window);
 }
 
+void DeviceMemory::warm(uint64_t bytes) {
+  std::memset(physicalWindow_, 0, std::min(bytes, capacity_));
+}
+
 void DeviceMemory::takeAway(uint64_t address, uint64_t bytes) {
   makeInaccessible(address, bytes);
   epoch_.fetch_add(1, std::memory_order_acq_rel);

@@ -104,7 +104,7 @@ Driver& the() { return *gDriver.load(std::memory_order_relaxed); }
   std::exit(2);
 }
 
-uint64_t sizeFromEnvironment(const char* variable, uint64_t fallback) {
+uint64_t sizeFromEnvironment(const char* variable, uint64_t fallback, bool zeroAllowed = false) {
   const char* text = std::getenv(variable);
   if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
@@ -117,9 +117,11 @@ uint64_t sizeFromEnvironment(const char* variable, uint64_t fallback) {
   else if (*end == 'T' || *end == 't') scale = 1ull << 40, ++end;
   if (*end == 'i' || *end == 'I') ++end;
   if (*end == 'B' || *end == 'b') ++end;
-  if (end == text || *end != '\0' || errno != 0 || text[0] == '-' || value == 0 ||
+  if (end == text || *end != '\0' || errno != 0 || text[0] == '-' || (value == 0 && !zeroAllowed) ||
       value > (1ull << 44) / scale)
-    badEnvironment(variable, text, "a positive size in bytes, optionally with K, M, G or T");
+    badEnvironment(variable, text,
+                   zeroAllowed ? "a size in bytes, optionally with K, M, G or T"
+                               : "a positive size in bytes, optionally with K, M, G or T");
   return value * scale;
 }
 
@@ -823,6 +825,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
       gDriverCallbacksFromRuntime.store(
           flagFromEnvironment("CUDASIM_CUPTI_DRIVER_CALLBACKS", true));
       const uint64_t capacity = sizeFromEnvironment("CUDASIM_DEVICE_MEMORY", 4ull << 30);
+      const uint64_t warmBytes = sizeFromEnvironment("CUDASIM_WARM_MEMORY", 0, true);
       faults();  // a bad CUDASIM_FAULTS ends the process here, at start
       timing();  // and so do bad CUDASIM_*_GBPS
       if (gDeviceCount == 0) {
@@ -830,6 +833,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
         return;
       }
       auto* created = new Driver(capacity);
+      created->memory.warm(warmBytes);
       installFaultHandler(&created->memory);
       pthread_atfork(nullptr, nullptr, afterForkInChild);
       gDriver.store(created, std::memory_order_release);
