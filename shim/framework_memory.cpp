@@ -87,7 +87,7 @@ void Residency::forgetProgramHandle(ProgramHandle* handle) {
     api_.cuMemRelease(handle->real);
     foreignBytes_ -= handle->bytes;
   }
-  host_.give(handle->host, handle->bytes, handle->hostPinned);
+  host_.give(handle->host, handle->hostPinned);
   programHandles_.erase(
       static_cast<CUmemGenericAllocationHandle>(reinterpret_cast<uintptr_t>(handle)));
 }
@@ -138,7 +138,7 @@ CUresult Residency::backOnDevice(ProgramHandle& handle) {
   handle.real = real;
   foreignBytes_ += handle.bytes;
   notePeaks();
-  host_.give(handle.host, handle.bytes, handle.hostPinned);
+  host_.give(handle.host, handle.hostPinned);
   handle.host = nullptr;
   stats_.restores++;
   stats_.bytesToDevice += handle.bytes;

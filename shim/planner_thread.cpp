@@ -1,13 +1,10 @@
 #include "shim/planner_thread.h"
 
-#include <errno.h>
-#include <signal.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <utility>
+
+#include "shim/background_thread.h"
 
 namespace delta::shim {
 
@@ -17,21 +14,13 @@ int64_t monotonicNs() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
-// Below the job's threads: 10 nice levels less gives it about a tenth of a CPU the job wants.
-constexpr int kPlannerNice = 10;
 }  // namespace
 
 bool PlannerThread::submit(const policy::PlanRequest* request) {
   std::lock_guard lock(mutex_);
   if (busy_) return false;
   if (!started_) {
-    // The thread inherits this thread's signal mask: block everything around its creation.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    const int rc = pthread_create(&thread_, nullptr, &PlannerThread::threadMain, this);
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    if (rc != 0) return false;
+    if (!startBackgroundThread(&thread_, &PlannerThread::threadMain, this)) return false;
     pthread_detach(thread_);
     started_ = true;
   }
@@ -50,13 +39,7 @@ policy::Plan PlannerThread::take(int64_t* planningNs) {
 }
 
 void* PlannerThread::threadMain(void* self) {
-  pthread_setname_np(pthread_self(), "delta-planner");
-  // Linux applies nice per thread (PRIO_PROCESS with a thread id); a new thread starts at its
-  // creator's level.
-  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
-  errno = 0;
-  const int nice = getpriority(PRIO_PROCESS, tid);
-  if (errno == 0) (void)setpriority(PRIO_PROCESS, tid, nice + kPlannerNice);
+  becomeBackgroundThread("delta-planner");
   static_cast<PlannerThread*>(self)->run();
   return nullptr;
 }

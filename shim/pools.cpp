@@ -1,9 +1,12 @@
 #include "shim/pools.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iterator>
 
+#include "shim/background_thread.h"
 #include "shim/log.h"
+#include "shim/reentry_guard.h"
 
 namespace delta::shim {
 
@@ -46,29 +49,50 @@ void PhysicalPool::trim(uint64_t bytes) {
   }
 }
 
-uint64_t HostPool::blockBytes(uint64_t bytes) {
-  if (bytes <= 4) return bytes;
-  const int top = 63 - __builtin_clzll(bytes - 1);  // bytes - 1 < 2^(top + 1)
-  const uint64_t step = uint64_t{1} << (top - 2 > 0 ? top - 2 : 0);
-  return (bytes + step - 1) / step * step;
+namespace {
+// Blocks start on 64 KiB: copies of whole pages, and few slivers between blocks.
+constexpr uint64_t kHostAlignment = 64ull << 10;
+constexpr uint64_t kChunkGranularity = 2ull << 20;
+constexpr uint64_t kSmallestChunk = 32ull << 20;
+constexpr uint64_t kLargestChunk = 512ull << 20;
+
+uint64_t roundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
+}  // namespace
+
+uint64_t HostPool::chunkBytes(uint64_t bytes, uint64_t pinnedBytes) {
+  const uint64_t growth = std::clamp(pinnedBytes / 2, kSmallestChunk, kLargestChunk);
+  return roundUp(std::max(bytes, growth), kChunkGranularity);
 }
 
 void* HostPool::take(uint64_t bytes, bool* pinned) {
-  const uint64_t block = blockBytes(bytes);
-  auto it = blocks_.find(block);
-  if (it != blocks_.end()) {
-    void* host = it->second;
-    blocks_.erase(it);
-    *pinned = true;
-    return host;
+  const uint64_t need = roundUp(std::max<uint64_t>(bytes, 1), kHostAlignment);
+  if (grower_.ready()) adoptGrown();
+  auto fit = freeBySize_.lower_bound({need, 0});
+  // No room: the chunk in flight, if any, is the quickest to come.
+  if (fit == freeBySize_.end() && grower_.busy()) {
+    adoptGrown();
+    fit = freeBySize_.lower_bound({need, 0});
   }
-  if (pinnedBytes_ + block <= limit_) {
+  if (fit == freeBySize_.end() && pinnedBytes_ + need <= limit_) {
+    // A new chunk, as large as the growth rule and the limit allow; when the system will not
+    // pin that much, just what this buffer needs.
+    uint64_t chunk = std::min(chunkBytes(need, pinnedBytes_), limit_ - pinnedBytes_);
     void* host = nullptr;
-    if (api_.cuMemHostAlloc(&host, block, 0) == CUDA_SUCCESS) {
-      pinnedBytes_ += block;
-      *pinned = true;
-      return host;
+    CUresult result = api_.cuMemHostAlloc(&host, chunk, 0);
+    if (result != CUDA_SUCCESS && chunk > need) {
+      chunk = need;
+      result = api_.cuMemHostAlloc(&host, chunk, 0);
     }
+    if (result == CUDA_SUCCESS) {
+      addChunk(host, chunk);
+      fit = freeBySize_.lower_bound({need, 0});
+    }
+  }
+  if (fit != freeBySize_.end()) {
+    *pinned = true;
+    void* host = carve(free_.find(fit->second), need);
+    growAheadIfLow();
+    return host;
   }
   pageableFallbacks_++;
   DELTA_WARN_ONCE("pinned host memory for evicted buffers is exhausted (DELTA_HOST_LIMIT or the "
@@ -77,12 +101,157 @@ void* HostPool::take(uint64_t bytes, bool* pinned) {
   return std::malloc(bytes);
 }
 
-void HostPool::give(void* host, uint64_t bytes, bool pinned) {
+void HostPool::addChunk(void* host, uint64_t bytes) {
+  const auto start = reinterpret_cast<uintptr_t>(host);
+  chunks_.emplace(start, bytes);
+  pinnedBytes_ += bytes;
+  addFree(start, bytes);
+}
+
+void HostPool::adoptGrown() {
+  uint64_t bytes = 0;
+  void* host = grower_.wait(&bytes);
+  if (host == nullptr) {
+    growthRefused_ = true;  // the system's limit, most likely: asking again would fail again
+    return;
+  }
+  addChunk(host, bytes);
+  chunksAhead_++;
+}
+
+void HostPool::growAheadIfLow() {
+  if (!growAhead_ || growthRefused_ || grower_.busy()) return;
+  if (freeBytes_ >= std::max(kSmallestChunk, pinnedBytes_ / 8)) return;
+  if (pinnedBytes_ >= limit_) return;
+  const uint64_t bytes = std::min(chunkBytes(0, pinnedBytes_), limit_ - pinnedBytes_);
+  CUcontext context = nullptr;
+  // A driver table without contexts (a test's fake): pinned on demand only.
+  if (api_.cuCtxGetCurrent == nullptr || api_.cuCtxSetCurrent == nullptr ||
+      api_.cuCtxGetCurrent(&context) != CUDA_SUCCESS || context == nullptr)
+    return;
+  grower_.request(context, bytes);
+}
+
+PinnedGrower::~PinnedGrower() {
+  {
+    std::unique_lock lock(mutex_);
+    stop_ = true;
+    wake_.notify_all();
+  }
+  if (started_) pthread_join(thread_, nullptr);
+  if (result_ != nullptr) api_.cuMemFreeHost(result_);
+}
+
+bool PinnedGrower::request(CUcontext context, uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  if (busy_) return false;
+  if (!started_) {
+    if (!startBackgroundThread(&thread_, &PinnedGrower::threadMain, this)) return false;
+    started_ = true;
+  }
+  context_ = context;
+  asked_ = bytes;
+  busy_ = true;
+  wake_.notify_all();  // the one condition serves both sides
+  return true;
+}
+
+void* PinnedGrower::wait(uint64_t* bytes) {
+  std::unique_lock lock(mutex_);
+  wake_.wait(lock, [this] { return ready_.load(std::memory_order_relaxed); });
+  ready_.store(false, std::memory_order_relaxed);
+  busy_ = false;
+  void* host = result_;
+  *bytes = resultBytes_;
+  result_ = nullptr;
+  return host;
+}
+
+void* PinnedGrower::threadMain(void* self) {
+  becomeBackgroundThread("delta-pinning");
+  static_cast<PinnedGrower*>(self)->run();
+  return nullptr;
+}
+
+void PinnedGrower::run() {
+  ReentryGuard guard;
+  for (;;) {
+    CUcontext context = nullptr;
+    uint64_t bytes = 0;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [this] { return asked_ != 0 || stop_; });
+      if (stop_) return;
+      context = context_;
+      bytes = asked_;
+      asked_ = 0;
+    }
+    void* host = nullptr;
+    if (api_.cuCtxSetCurrent(context) != CUDA_SUCCESS ||
+        api_.cuMemHostAlloc(&host, bytes, 0) != CUDA_SUCCESS)
+      host = nullptr;
+    std::lock_guard lock(mutex_);
+    result_ = host;
+    resultBytes_ = host != nullptr ? bytes : 0;
+    ready_.store(true, std::memory_order_release);
+    wake_.notify_all();
+  }
+}
+
+void* HostPool::carve(std::map<uintptr_t, uint64_t>::iterator range, uint64_t bytes) {
+  const uintptr_t start = range->first;
+  const uint64_t rangeBytes = range->second;
+  freeBySize_.erase({rangeBytes, start});
+  free_.erase(range);
+  freeBytes_ -= rangeBytes;
+  if (rangeBytes > bytes) addFree(start + bytes, rangeBytes - bytes);
+  taken_.emplace(start, bytes);
+  return reinterpret_cast<void*>(start);
+}
+
+bool HostPool::sameChunk(uintptr_t a, uintptr_t b) const {
+  auto chunk = chunks_.upper_bound(a);
+  if (chunk == chunks_.begin()) return false;
+  --chunk;
+  return b >= chunk->first && b - chunk->first < chunk->second;
+}
+
+// Merges with the free neighbours in the same chunk: two chunks that happen to lie side by side
+// are two pinned allocations, and a copy must not span them.
+void HostPool::addFree(uintptr_t start, uint64_t bytes) {
+  auto next = free_.lower_bound(start);
+  if (next != free_.end() && next->first == start + bytes && sameChunk(start, next->first)) {
+    bytes += next->second;
+    freeBySize_.erase({next->second, next->first});
+    freeBytes_ -= next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto previous = std::prev(next);
+    if (previous->first + previous->second == start && sameChunk(previous->first, start)) {
+      freeBySize_.erase({previous->second, previous->first});
+      freeBytes_ -= previous->second;
+      start = previous->first;
+      bytes += previous->second;
+      free_.erase(previous);
+    }
+  }
+  free_.emplace(start, bytes);
+  freeBySize_.emplace(bytes, start);
+  freeBytes_ += bytes;
+}
+
+void HostPool::give(void* host, bool pinned) {
   if (host == nullptr) return;
-  if (pinned)
-    blocks_.emplace(blockBytes(bytes), host);
-  else
+  if (!pinned) {
     std::free(host);
+    return;
+  }
+  auto block = taken_.find(reinterpret_cast<uintptr_t>(host));
+  if (block == taken_.end()) return;  // not ours: nothing to give back
+  const uint64_t bytes = block->second;
+  taken_.erase(block);
+  addFree(reinterpret_cast<uintptr_t>(host), bytes);
 }
 
 CUevent EventPool::take() {

@@ -5,9 +5,16 @@
 #pragma once
 
 #include <cuda.h>
+#include <pthread.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "shim/real_api.h"
@@ -38,31 +45,99 @@ class PhysicalPool {
   uint64_t bytes_ = 0;
 };
 
-// Host memory for evicted buffers' contents: pinned (cuMemHostAlloc) up to a limit, blocks
-// kept by size once given back; past the limit or when the system refuses pinned memory,
+// Pins one chunk of host memory at a time on a background thread, for HostPool to grow ahead of
+// need: pinning is slow (the driver locks and maps each page: tens of milliseconds for a large
+// chunk on a GPU machine, about a second for 384 MiB on this virtual machine), and done on the
+// eviction path it stops the host from feeding the GPU exactly when memory is short. The thread
+// starts at the first request, with every signal blocked and a lower priority, like the planner
+// (planner_thread.h); it runs under ReentryGuard (its CUPTI callbacks pass) and takes no lock of
+// the shim's. Its owner (HostPool, under the residency lock) polls ready() or wait()s; the
+// destructor waits for a chunk in flight and gives back one never taken.
+class PinnedGrower {
+ public:
+  explicit PinnedGrower(const DriverApi& api) : api_(api) {}
+  PinnedGrower(const PinnedGrower&) = delete;
+  PinnedGrower& operator=(const PinnedGrower&) = delete;
+  ~PinnedGrower();
+
+  // Pins `bytes` in `context` on the thread. False when one is in flight or no thread starts.
+  bool request(CUcontext context, uint64_t bytes);
+  bool busy() const { return busy_; }
+  // The chunk is pinned (or refused): one acquire load.
+  bool ready() const { return ready_.load(std::memory_order_acquire); }
+  // Waits for the chunk in flight; nullptr when the driver refused it. *bytes: its size.
+  void* wait(uint64_t* bytes);
+
+ private:
+  static void* threadMain(void* self);
+  void run();
+
+  const DriverApi& api_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  CUcontext context_ = nullptr;
+  uint64_t asked_ = 0;   // bytes requested, not yet picked up by the thread
+  void* result_ = nullptr;
+  uint64_t resultBytes_ = 0;
+  bool busy_ = false;    // requested, not yet waited for (the owner's view)
+  bool stop_ = false;
+  std::atomic<bool> ready_{false};
+  pthread_t thread_{};
+  bool started_ = false;
+};
+
+// Host memory for evicted buffers' contents, carved from a few large pinned chunks
+// (cuMemHostAlloc) up to a limit; past the limit or when the system refuses pinned memory,
 // pageable memory, which works but makes the copies synchronous (counted, warned about once).
+//
+// Why chunks, not a block per buffer: pinning costs per page (on a GPU machine the driver locks
+// and maps each page; here cudasim writes each one, and a virtual machine can make that ten
+// times slower than the copy), and blocks kept by size grew with every size class's own peak,
+// long after the first iterations: DenseNet-121 pinned 1.45 GiB in about 140 calls, a third of
+// them in the measured iterations, for at most 1.05 GiB evicted at once, and the host stopped
+// feeding the GPU for each. Chunks grow by half of what is pinned (at least 32 MiB, at most
+// 512 MiB), so a job pins its peak in a dozen calls; best fit with coalescing keeps what it pins
+// near the most it holds at once. With `growAhead`, the next chunk is pinned on PinnedGrower's
+// thread as soon as less than an eighth of what is pinned (at least 32 MiB) is left free, so
+// that an eviction rarely waits for the driver; when it finds no room it waits for the chunk in
+// flight before it pins one of its own.
 class HostPool {
  public:
-  HostPool(const DriverApi& api, uint64_t pinnedLimitBytes) : api_(api), limit_(pinnedLimitBytes) {}
-  // At least `bytes` of host memory; give() it back with the same `bytes`.
+  HostPool(const DriverApi& api, uint64_t pinnedLimitBytes, bool growAhead = true)
+      : api_(api), limit_(pinnedLimitBytes), growAhead_(growAhead), grower_(api) {}
+  // At least `bytes` of host memory; give() it back. *pinned says which kind it is.
   void* take(uint64_t bytes, bool* pinned);
-  void give(void* host, uint64_t bytes, bool pinned);
-  // The size of the pinned block that take(bytes) hands out. Blocks come in classes, four per
-  // doubling (at most a quarter more than asked; below 16 MiB every multiple of 2 MiB, the
-  // buffers' own granularity, is a class), so that a buffer evicted finds a block that one of
-  // another size left: exact sizes made a new block, each a driver call that pins its pages,
-  // for most evictions of a network whose buffers differ (DenseNet-121: about 100 blocks,
-  // 1.1 GiB, for 3.4 GiB evicted in four iterations).
-  static uint64_t blockBytes(uint64_t bytes);
+  void give(void* host, bool pinned);
+  // How much the next chunk pins when `bytes` do not fit in what is free: half of what is pinned
+  // already, within [32 MiB, 512 MiB], at least `bytes`, in whole 2 MiB.
+  static uint64_t chunkBytes(uint64_t bytes, uint64_t pinnedBytes);
   uint64_t pinnedBytes() const { return pinnedBytes_; }
+  uint64_t pinnedChunks() const { return chunks_.size(); }
+  uint64_t chunksPinnedAhead() const { return chunksAhead_; }
+  uint64_t freePinnedBytes() const { return freeBytes_; }
   uint64_t pageableFallbacks() const { return pageableFallbacks_; }
 
  private:
+  void* carve(std::map<uintptr_t, uint64_t>::iterator range, uint64_t bytes);
+  void addFree(uintptr_t start, uint64_t bytes);
+  bool sameChunk(uintptr_t a, uintptr_t b) const;
+  void addChunk(void* host, uint64_t bytes);
+  void adoptGrown();
+  void growAheadIfLow();
+
   const DriverApi& api_;
   const uint64_t limit_;
-  std::multimap<uint64_t, void*> blocks_;
+  const bool growAhead_;
+  std::map<uintptr_t, uint64_t> chunks_;                // start -> bytes, as pinned
+  std::map<uintptr_t, uint64_t> free_;                  // start -> bytes, address order
+  std::set<std::pair<uint64_t, uintptr_t>> freeBySize_; // (bytes, start), for best fit
+  std::unordered_map<uintptr_t, uint64_t> taken_;       // start -> bytes, handed out
   uint64_t pinnedBytes_ = 0;
+  uint64_t freeBytes_ = 0;
+  uint64_t chunksAhead_ = 0;
   uint64_t pageableFallbacks_ = 0;
+  bool growthRefused_ = false;  // the driver refused a chunk ahead: only on demand from then on
+  PinnedGrower grower_;         // last: its destructor may still hand a chunk back
 };
 
 // Events made once and reused: without timing (ordering only) unless `flags` say otherwise.

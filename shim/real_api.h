@@ -29,7 +29,7 @@ F nextFunction(F& cache, const char* name) {
 }
 
 #define DELTA_DRIVER_FUNCTIONS(X)                                                         \
-  X(cuInit) X(cuGetProcAddress_v2) X(cuGetErrorString) X(cuCtxGetCurrent)                  \
+  X(cuInit) X(cuGetProcAddress_v2) X(cuGetErrorString) X(cuCtxGetCurrent) X(cuCtxSetCurrent) \
   X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceTotalMem_v2) X(cuMemAlloc_v2) X(cuMemFree_v2) \
   X(cuMemGetInfo_v2) X(cuMemGetAllocationGranularity) X(cuMemAddressReserve)              \
   X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap)            \

@@ -384,7 +384,7 @@ bool Residency::reuseQuarantined(uint64_t mapped, CUdeviceptr* address,
     for (CUevent event : entry.events) done = done && api_.cuEventQuery(event) == CUDA_SUCCESS;
     if (!done) continue;
     for (CUevent event : entry.events) events_.give(event);
-    host_.give(entry.host, entry.mappedBytes, entry.hostPinned);
+    host_.give(entry.host, entry.hostPinned);
     quarantinedBytes_ -= mapped;
     *address = entry.address;
     *handle = entry.handle;
@@ -470,7 +470,7 @@ bool Residency::reclaimQuarantine(bool wait, uint64_t enough, bool keepMapped) {
       freed += entry.mappedBytes;
     }
     addressCache_.emplace(entry.mappedBytes, entry.address);
-    host_.give(entry.host, entry.mappedBytes, entry.hostPinned);
+    host_.give(entry.host, entry.hostPinned);
     any = true;
   }
   quarantine_.resize(kept);
@@ -1436,6 +1436,9 @@ Stats Residency::stats() {
   }
   Stats copy = stats_;
   copy.pageableFallbacks = host_.pageableFallbacks();
+  copy.pinnedHostBytes = host_.pinnedBytes();
+  copy.pinnedChunks = host_.pinnedChunks();
+  copy.pinnedChunksAhead = host_.chunksPinnedAhead();
   copy.ceilingBytes = limitLocked();
   copy.pointerTables = tables_.size();
   copy.residentBytes = resident_;

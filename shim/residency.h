@@ -102,6 +102,11 @@ struct Stats {
   uint64_t residentBytes = 0;
   uint64_t peakResidentBytes = 0;
   uint64_t pageableFallbacks = 0;
+  // Host memory pinned for evicted buffers (pools.h: HostPool), in how many chunks, and how
+  // many of those were pinned ahead on the pinning thread rather than by an eviction.
+  uint64_t pinnedHostBytes = 0;
+  uint64_t pinnedChunks = 0;
+  uint64_t pinnedChunksAhead = 0;
   uint64_t liveBuffers = 0;
   uint64_t drops = 0;               // released without a copy, to be recomputed
   uint64_t recomputes = 0;          // dropped buffers regenerated

@@ -286,7 +286,7 @@ void Residency::endLinkProbe() {
   if (probe_.mapped) api_.cuMemUnmap(probe_.address, probe_.bytes);
   if (probe_.handle != 0) physical_.release(probe_.bytes, probe_.handle);
   if (probe_.address != 0) api_.cuMemAddressFree(probe_.address, probe_.bytes);
-  if (probe_.host != nullptr) host_.give(probe_.host, probe_.bytes, probe_.hostPinned);
+  if (probe_.host != nullptr) host_.give(probe_.host, probe_.hostPinned);
   probe_ = LinkProbe{};
 }
 
@@ -401,7 +401,7 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
       stats_.cleanEvictions++;
     } else if (!drop[i]) {
       if (buffer.host == nullptr) {
-        buffer.host = host_.take(buffer.mappedBytes, &buffer.hostPinned);
+        buffer.host = host_.take(buffer.bytes, &buffer.hostPinned);
         if (buffer.host == nullptr) {
           DELTA_WARN_ONCE("host memory exhausted: cannot evict; running over budget");
           continue;
@@ -472,7 +472,7 @@ void Residency::finishEviction(Buffer& buffer, uint32_t, bool drop, const Evicti
   }
   if (drop) {
     buffer.state = State::kDropped;
-    host_.give(buffer.host, buffer.mappedBytes, buffer.hostPinned);  // a stale copy, if any
+    host_.give(buffer.host, buffer.hostPinned);  // a stale copy, if any
     buffer.host = nullptr;
     buffer.hostValid = false;
     stats_.drops++;

@@ -211,6 +211,11 @@ void Shim::printSummary() {
           (unsigned long long)s.evictionsAhead, (unsigned long long)s.cancelledEvictions,
           (unsigned long long)s.restores, (unsigned long long)s.prefetches, mib(s.bytesToHost),
           mib(s.bytesToDevice));
+  if (s.pinnedChunks > 0)
+    logLine("summary: %llu MiB of host memory pinned for evicted buffers, in %llu chunks (%llu "
+            "pinned ahead, off the launch path)",
+            mib(s.pinnedHostBytes), (unsigned long long)s.pinnedChunks,
+            (unsigned long long)s.pinnedChunksAhead);
   if (s.drops > 0 || s.recomputes > 0 || s.recomputeFailures > 0)
     logLine("summary: %llu buffers dropped for recompute, %llu recomputed (%.3f s of device "
             "time measured), %llu recompute callbacks failed",
@@ -252,7 +257,8 @@ void Shim::printSummary() {
           "plans=%llu planning_ns=%llu plan_predicted_ns=%lld foreign_handles=%llu "
           "foreign_peak_bytes=%llu peak_device_bytes=%llu program_mappings=%llu "
           "program_pinned=%llu restore_wait_ns=%llu adopted_frees=%llu reused_frees=%llu "
-          "unanalysed_hold_bytes=%llu%s",
+          "unanalysed_hold_bytes=%llu pinned_host_bytes=%llu pinned_chunks=%llu "
+          "pinned_chunks_ahead=%llu%s",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
           (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
@@ -269,7 +275,9 @@ void Shim::printSummary() {
           (unsigned long long)s.peakDeviceBytes, (unsigned long long)s.programMappings,
           (unsigned long long)s.programPinned, (unsigned long long)s.restoreWaitNs,
           (unsigned long long)s.adoptedFrees, (unsigned long long)s.reusedFrees,
-          (unsigned long long)s.unanalysedHoldBytes, allocPathStatsKeys().c_str());
+          (unsigned long long)s.unanalysedHoldBytes, (unsigned long long)s.pinnedHostBytes,
+          (unsigned long long)s.pinnedChunks, (unsigned long long)s.pinnedChunksAhead,
+          allocPathStatsKeys().c_str());
 }
 
 }  // namespace delta::shim
