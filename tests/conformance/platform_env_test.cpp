@@ -1,9 +1,13 @@
 /* cudasim's environment switches, each checked in a fresh child process:
  * CUDASIM_DEVICE_MEMORY (capacity, K/M/G suffixes, default 4G; a fragmented device),
  * CUDASIM_WARM_MEMORY (device memory written once at start: resident, still zero),
+ * CUDASIM_WARM_HOST_MEMORY (pinned memory made once at start and handed out from there),
  * CUDASIM_DEVICE_COUNT=0,
  * CUDASIM_CUPTI_DRIVER_CALLBACKS=0, CUDASIM_CUPTI_HELD_BY. */
 #include <cupti.h>
+
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -212,6 +216,73 @@ TEST(PlatformEnv, ABadWarmMemoryStopsTheProgramWithOneLine) {
     EXPECT_NE(r.output.find("CUDASIM_WARM_MEMORY='" + std::string(bad) + "' is not valid"),
               std::string::npos)
         << r.output;
+  }
+}
+
+// Anonymous memory this process has resident, in bytes.
+unsigned long long ResidentAnonymousBytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;  // kB
+  return 0;
+}
+
+// args: the least anonymous memory resident after cuInit, in bytes
+CONFORMANCE_CHILD(warm_host) {
+  if (int rc = ChildContext(); rc != 0) return rc;
+  const unsigned long long least = std::stoull(args.at(0));
+  if (ResidentAnonymousBytes() < least)
+    return ChildFail("resident anonymous memory below", ResidentAnonymousBytes(), least);
+  // Allocations from the arena and past it: zeroed, usable, pinned as far as copies go.
+  constexpr size_t kMiB = 1 << 20;
+  void* blocks[3] = {};
+  for (size_t i = 0; i < 3; ++i) {
+    if (CUresult r = cuMemHostAlloc(&blocks[i], 24 * kMiB, 0); r != CUDA_SUCCESS)
+      return ChildFail("cuMemHostAlloc", r, 0);
+    auto* bytes = static_cast<unsigned char*>(blocks[i]);
+    for (size_t at = 0; at < 24 * kMiB; at += 4096)
+      if (bytes[at] != 0) return ChildFail("fresh pinned memory at byte", at, 0);
+    std::memset(bytes, static_cast<int>(i + 1), 24 * kMiB);
+  }
+  CUdeviceptr d = 0;
+  cuMemAlloc(&d, 24 * kMiB);
+  CUstream stream = nullptr;
+  cuStreamCreate(&stream, 0);
+  if (CUresult r = cuMemcpyHtoDAsync(d, blocks[0], 24 * kMiB, stream); r != CUDA_SUCCESS)
+    return ChildFail("copy in", r, 0);
+  if (CUresult r = cuMemcpyDtoHAsync(blocks[1], d, 24 * kMiB, stream); r != CUDA_SUCCESS)
+    return ChildFail("copy out", r, 0);
+  cuStreamSynchronize(stream);
+  if (std::memcmp(blocks[0], blocks[1], 24 * kMiB) != 0) return ChildFail("round trip", 1, 0);
+  // Freed and allocated again: the same memory, zeroed again.
+  if (CUresult r = cuMemFreeHost(blocks[0]); r != CUDA_SUCCESS) return ChildFail("free", r, 0);
+  void* again = nullptr;
+  cuMemHostAlloc(&again, 24 * kMiB, 0);
+  if (static_cast<unsigned char*>(again)[4096] != 0)
+    return ChildFail("reused memory not zero", 1, 0);
+  // Freed pinned memory cannot be touched, arena or not.
+  cuMemFreeHost(blocks[1]);
+  pid_t child = fork();
+  if (child == 0) {
+    static_cast<volatile unsigned char*>(blocks[1])[0] = 1;
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGSEGV)
+    return ChildFail("touching freed pinned memory did not fault", status, 0);
+  return 0;
+}
+
+TEST(PlatformEnv, WarmHostMemoryIsPinnedOnceAndHandedOut) {
+  for (const char* warm : {"", "40M", "128M"}) {
+    ChildOptions opt;
+    const unsigned long long least = std::string(warm) == "128M" ? 128ull << 20 : 0;
+    opt.args = {std::to_string(least)};
+    opt.set_env = {{"CUDASIM_WARM_HOST_MEMORY", warm}};
+    ChildResult r = RunChild("warm_host", opt);
+    EXPECT_TRUE(r.exited && r.exit_code == 0)
+        << "CUDASIM_WARM_HOST_MEMORY=" << warm << "\n" << r.output;
   }
 }
 

@@ -25,14 +25,17 @@ std::string gPlay, gShim, gTrainMlp, gDeltaTrace, gSharedDtr;
 
 using Outcome = delta::testing::ChildRun;
 
-// Without warming cudasim's device memory first: that is for timings (docs/delta-play.md, Host
-// speed) and costs seconds a run; these runs check tokens and peaks. A test that wants it
-// passes CUDASIM_WARM_MEMORY itself (empty: delta-play's own choice).
+// Without warming cudasim's memory first: that is for timings (docs/delta-play.md, Host speed)
+// and costs seconds a run; these runs check tokens and peaks. A test that wants it passes
+// CUDASIM_WARM_MEMORY itself (empty: delta-play's own choice, for both).
 Outcome run(const std::vector<std::string>& argv, std::vector<std::string> env = {}) {
   const bool given = std::any_of(env.begin(), env.end(), [](const std::string& v) {
     return v.rfind("CUDASIM_WARM_MEMORY=", 0) == 0;
   });
-  if (!given) env.push_back("CUDASIM_WARM_MEMORY=0");
+  if (!given) {
+    env.push_back("CUDASIM_WARM_MEMORY=0");
+    env.push_back("CUDASIM_WARM_HOST_MEMORY=0");
+  }
   return delta::testing::runChild(argv, env);
 }
 std::vector<std::string> underShim(std::vector<std::string> env) {
@@ -95,10 +98,15 @@ TEST(DeltaPlay, WithoutTheShimTheGpuIsBusyForTheTracesTime) {
     Outcome played = run({gPlay, trace}, {"CUDASIM_VERBOSE=1", "CUDASIM_WARM_MEMORY="});
     ASSERT_EQ(played.status, 0) << played.err;
     EXPECT_EQ(summary(played)["iterations"], "3");
-    // Device memory warmed before anything is timed: the played peak and a half, and 256 MiB.
+    // Memory warmed before anything is timed: device memory for the played peak and a half,
+    // pinned host memory for the played peak, each with 256 MiB more.
     const uint64_t peak = std::stoull(played.value("played_peak_bytes"));
-    const std::string warm = "CUDASIM_WARM_MEMORY=" + std::to_string(peak + peak / 2 + (256 << 20));
-    EXPECT_EQ(played.value("warm").rfind(warm + " (", 0), 0u) << played.out;
+    const std::string device =
+        "warm: CUDASIM_WARM_MEMORY=" + std::to_string(peak + peak / 2 + (256 << 20)) + " (";
+    const std::string host =
+        "warm: CUDASIM_WARM_HOST_MEMORY=" + std::to_string(peak + (256 << 20)) + " (";
+    EXPECT_NE(played.out.find(device), std::string::npos) << played.out;
+    EXPECT_NE(played.out.find(host), std::string::npos) << played.out;
     const double computeNs = std::stod(played.value("compute_ns"));
     std::smatch busy;
     const std::regex computeBusy(R"(compute busy ([0-9.]+) s)");

@@ -515,20 +515,20 @@ void setLink(const char* variable, double realGbps, uint64_t scale) {
   std::printf("link: %s=%s (%.3f GB/s divided by the scale)\n", variable, value, realGbps);
 }
 
-// cudasim writes this much of its device memory once at start (not timed), so that the copies
-// of the timed iterations do not pay for the first touch of each page, which a GPU never pays
-// and a virtual machine can make twenty times slower than the copy. Half as much again as the
-// played peak: a shim's pools and fragmentation reach past what the trace holds at once.
-void setWarmMemory(uint64_t playedPeak) {
-  constexpr const char* kVariable = "CUDASIM_WARM_MEMORY";
-  if (const char* given = std::getenv(kVariable); given != nullptr && *given != '\0') {
-    std::printf("warm: %s=%s as given\n", kVariable, given);
+// cudasim writes device memory and pins host memory once at start (not timed), so that the
+// timed iterations pay neither for the first touch of a device page nor for pinning host memory
+// page by page, which a virtual machine can make tens of times slower than a GPU machine does
+// (docs/delta-play.md, Host speed). Device memory: the played peak and a half, as a shim's pools
+// and fragmentation reach past what the trace holds at once; host memory: the played peak,
+// more than a shim ever evicts. Each with 256 MiB more.
+void setWarm(const char* variable, uint64_t bytes, const char* why) {
+  if (const char* given = std::getenv(variable); given != nullptr && *given != '\0') {
+    std::printf("warm: %s=%s as given\n", variable, given);
     return;
   }
-  const uint64_t bytes = playedPeak + playedPeak / 2 + (256ull << 20);
-  setenv(kVariable, std::to_string(bytes).c_str(), 1);
-  std::printf("warm: %s=%llu (the played peak and a half, and 256 MiB; at most the device's)\n",
-              kVariable, static_cast<unsigned long long>(bytes));
+  setenv(variable, std::to_string(bytes).c_str(), 1);
+  std::printf("warm: %s=%llu (%s, and 256 MiB)\n", variable,
+              static_cast<unsigned long long>(bytes), why);
 }
 #endif
 
@@ -618,7 +618,9 @@ int main(int argc, char** argv) {
   // Before the first CUDA call: cudasim reads its bandwidths when the driver starts.
   setLink("CUDASIM_H2D_GBPS", o.h2dGbps, o.scale);
   setLink("CUDASIM_D2H_GBPS", o.d2hGbps, o.scale);
-  setWarmMemory(playedPeak);
+  setWarm("CUDASIM_WARM_MEMORY", playedPeak + playedPeak / 2 + (256ull << 20),
+          "the played peak and a half");
+  setWarm("CUDASIM_WARM_HOST_MEMORY", playedPeak + (256ull << 20), "the played peak");
 #endif
   std::fflush(stdout);
   Player player(o, plan);

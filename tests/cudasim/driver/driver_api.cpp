@@ -826,6 +826,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
           flagFromEnvironment("CUDASIM_CUPTI_DRIVER_CALLBACKS", true));
       const uint64_t capacity = sizeFromEnvironment("CUDASIM_DEVICE_MEMORY", 4ull << 30);
       const uint64_t warmBytes = sizeFromEnvironment("CUDASIM_WARM_MEMORY", 0, true);
+      const uint64_t warmHostBytes = sizeFromEnvironment("CUDASIM_WARM_HOST_MEMORY", 0, true);
       faults();  // a bad CUDASIM_FAULTS ends the process here, at start
       timing();  // and so do bad CUDASIM_*_GBPS
       if (gDeviceCount == 0) {
@@ -834,6 +835,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
       }
       auto* created = new Driver(capacity);
       created->memory.warm(warmBytes);
+      created->host.warm(warmHostBytes);
       installFaultHandler(&created->memory);
       pthread_atfork(nullptr, nullptr, afterForkInChild);
       gDriver.store(created, std::memory_order_release);

@@ -2,9 +2,28 @@
 
 #include <sys/mman.h>
 
+#include <cstring>
+#include <iterator>
+
 #include "faults.h"
 
 namespace cudasim {
+
+namespace {
+constexpr size_t kPage = 4096;
+}  // namespace
+
+void HostMemory::warm(uint64_t bytes) {
+  bytes = (bytes + kPage - 1) / kPage * kPage;
+  if (bytes == 0) return;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                 -1, 0);
+  if (p == MAP_FAILED) return;  // not warmed: allocations map their own memory, as without it
+  for (size_t page = 0; page < bytes; page += kPage) static_cast<volatile char*>(p)[page] = 0;
+  mprotect(p, bytes, PROT_NONE);  // nothing is allocated there yet
+  std::lock_guard lock(mutex_);
+  arenaFree_[reinterpret_cast<uintptr_t>(p)] = bytes;
+}
 
 CUresult HostMemory::allocate(size_t bytes, void** out) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -15,6 +34,21 @@ CUresult HostMemory::allocate(size_t bytes, void** out) {
   if (faults().hostAlloc.fires()) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard lock(mutex_);
   if (!withinPinnedLimit(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const size_t pages = (bytes + kPage - 1) / kPage * kPage;
+  for (auto free = arenaFree_.begin(); free != arenaFree_.end(); ++free) {
+    if (free->second < pages) continue;
+    const uintptr_t start = free->first;
+    const size_t rest = free->second - pages;
+    arenaFree_.erase(free);
+    if (rest > 0) arenaFree_[start + pages] = rest;
+    // Fresh memory reads as zero, as an allocation's pages always have here.
+    mprotect(reinterpret_cast<void*>(start), pages, PROT_READ | PROT_WRITE);
+    std::memset(reinterpret_cast<void*>(start), 0, pages);
+    ranges_[start] = Range{bytes, true, true};
+    pinnedBytes_ += bytes;
+    *out = reinterpret_cast<void*>(start);
+    return CUDA_SUCCESS;
+  }
   // Pinned memory is resident from the start, as page-locked memory is: the cost of its pages
   // is paid here, as cudaHostAlloc pays it, not by the first copies into it. MAP_POPULATE is
   // not always enough: in a virtual machine whose host backs guest memory lazily, the first
@@ -35,7 +69,24 @@ CUresult HostMemory::free(void* pointer) {
   std::lock_guard lock(mutex_);
   auto it = ranges_.find(reinterpret_cast<uintptr_t>(pointer));
   if (it == ranges_.end() || !it->second.allocated) return CUDA_ERROR_INVALID_VALUE;
-  munmap(pointer, it->second.bytes);
+  if (it->second.fromArena) {
+    const size_t pages = (it->second.bytes + kPage - 1) / kPage * kPage;
+    uintptr_t start = it->first;
+    size_t span = pages;
+    mprotect(pointer, pages, PROT_NONE);
+    auto next = arenaFree_.lower_bound(start);
+    if (next != arenaFree_.end() && next->first == start + span) {
+      span += next->second;
+      next = arenaFree_.erase(next);
+    }
+    if (next != arenaFree_.begin() && std::prev(next)->first + std::prev(next)->second == start) {
+      std::prev(next)->second += span;
+    } else {
+      arenaFree_[start] = span;
+    }
+  } else {
+    munmap(pointer, it->second.bytes);
+  }
   pinnedBytes_ -= it->second.bytes;
   ranges_.erase(it);
   return CUDA_SUCCESS;

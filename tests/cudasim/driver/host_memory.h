@@ -14,6 +14,14 @@ namespace cudasim {
 
 class HostMemory {
  public:
+  // Pins `bytes` once, at start, for cuMemHostAlloc to hand out (CUDASIM_WARM_HOST_MEMORY). A
+  // new allocation must write every page here: on a virtual machine that backs guest memory
+  // lazily that costs 3-12 us a page (384 MiB: about a second), some tens of times what a
+  // driver takes to pin, and a program that pins while it runs (a shim growing its pool of
+  // host memory) then measures this machine rather than the model. Allocations that fit come
+  // from this arena, first fit, pages already written; what is freed goes back to it with its
+  // access taken away (touching freed pinned memory still faults), and the rest is mapped anew.
+  void warm(uint64_t bytes);
   CUresult allocate(size_t bytes, void** out);
   CUresult free(void* pointer);
   CUresult registerRange(void* pointer, size_t bytes);
@@ -24,6 +32,7 @@ class HostMemory {
   struct Range {
     size_t bytes;
     bool allocated;  // by us (cuMemHostAlloc), as opposed to registered
+    bool fromArena = false;
   };
   // True when `bytes` more may be pinned (mutex_ held).
   bool withinPinnedLimit(size_t bytes) const;
@@ -31,6 +40,7 @@ class HostMemory {
   std::mutex mutex_;
   std::map<uintptr_t, Range> ranges_;
   uint64_t pinnedBytes_ = 0;  // allocated and registered
+  std::map<uintptr_t, size_t> arenaFree_;  // start -> bytes, of the warmed arena
 };
 
 }  // namespace cudasim
