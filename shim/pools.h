@@ -1,7 +1,8 @@
 // What the residency manager keeps for reuse, so that the paths that evict and restore call the
-// driver as little as they can: physical memory handles by size, pinned host blocks by size,
+// driver as little as they can: physical memory handles by size, pinned host memory in chunks,
 // and events. Each is a small class of its own with no lock: the residency lock serialises
-// every call (residency.h). tests/shim/pools_test.cpp checks them against a fake driver.
+// every call (residency.h); only PinnedGrower, which pins on a thread of its own, has one, for
+// that thread. tests/shim/pools_test.cpp checks them against a fake driver.
 #pragma once
 
 #include <cuda.h>
