@@ -120,12 +120,11 @@ void HostPool::adoptGrown() {
 }
 
 void HostPool::growAheadIfLow() {
-  if (!growAhead_ || growthRefused_ || grower_.busy()) return;
+  if (growthRefused_ || grower_.busy()) return;
   if (freeBytes_ >= std::max(kSmallestChunk, pinnedBytes_ / 8)) return;
   if (pinnedBytes_ >= limit_) return;
   const uint64_t bytes = std::min(chunkBytes(0, pinnedBytes_), limit_ - pinnedBytes_);
   CUcontext context = nullptr;
-  // A driver table without contexts (a test's fake): pinned on demand only.
   if (api_.cuCtxGetCurrent == nullptr || api_.cuCtxSetCurrent == nullptr ||
       api_.cuCtxGetCurrent(&context) != CUDA_SUCCESS || context == nullptr)
     return;

@@ -98,14 +98,14 @@ class PinnedGrower {
 // them in the measured iterations, for at most 1.05 GiB evicted at once, and the host stopped
 // feeding the GPU for each. Chunks grow by half of what is pinned (at least 32 MiB, at most
 // 512 MiB), so a job pins its peak in a dozen calls; best fit with coalescing keeps what it pins
-// near the most it holds at once. With `growAhead`, the next chunk is pinned on PinnedGrower's
-// thread as soon as less than an eighth of what is pinned (at least 32 MiB) is left free, so
-// that an eviction rarely waits for the driver; when it finds no room it waits for the chunk in
-// flight before it pins one of its own.
+// near the most it holds at once. The next chunk is pinned on PinnedGrower's thread as soon as
+// less than an eighth of what is pinned (at least 32 MiB) is left free, so that an eviction
+// rarely waits for the driver; when it finds no room it waits for the chunk in flight before it
+// pins one of its own. A driver table without contexts (a test's fake) pins on demand only.
 class HostPool {
  public:
-  HostPool(const DriverApi& api, uint64_t pinnedLimitBytes, bool growAhead = true)
-      : api_(api), limit_(pinnedLimitBytes), growAhead_(growAhead), grower_(api) {}
+  HostPool(const DriverApi& api, uint64_t pinnedLimitBytes)
+      : api_(api), limit_(pinnedLimitBytes), grower_(api) {}
   // At least `bytes` of host memory; give() it back. *pinned says which kind it is.
   void* take(uint64_t bytes, bool* pinned);
   void give(void* host, bool pinned);
@@ -128,7 +128,6 @@ class HostPool {
 
   const DriverApi& api_;
   const uint64_t limit_;
-  const bool growAhead_;
   std::map<uintptr_t, uint64_t> chunks_;                // start -> bytes, as pinned
   std::map<uintptr_t, uint64_t> free_;                  // start -> bytes, address order
   std::set<std::pair<uint64_t, uintptr_t>> freeBySize_; // (bytes, start), for best fit

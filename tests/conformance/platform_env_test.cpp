@@ -154,11 +154,12 @@ TEST(PlatformEnv, AFragmentedDeviceStillGivesPhysicalMemoryInPieces) {
   EXPECT_TRUE(r.exited && r.exit_code == 0) << r.output;
 }
 
-// Shared memory this process has resident (the device memory file's pages), in bytes.
-unsigned long long ResidentSharedBytes() {
+// One of this process's resident-memory counts from /proc/self/status ("RssShmem": the device
+// memory file's pages; "RssAnon": anonymous memory, pinned memory's), in bytes.
+unsigned long long ResidentBytes(const std::string& field) {
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);)
-    if (line.rfind("RssShmem:", 0) == 0) return std::stoull(line.substr(9)) * 1024;  // kB
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
   return 0;
 }
 
@@ -166,7 +167,7 @@ unsigned long long ResidentSharedBytes() {
 CONFORMANCE_CHILD(warm) {
   if (int rc = ChildContext(); rc != 0) return rc;
   const unsigned long long least = std::stoull(args.at(0)), most = std::stoull(args.at(1));
-  const unsigned long long resident = ResidentSharedBytes();
+  const unsigned long long resident = ResidentBytes("RssShmem");
   if (resident < least) return ChildFail("resident device memory below", resident, least);
   if (resident > most) return ChildFail("resident device memory above", resident, most);
   // Memory from the warmed part reads zero, as fresh device memory here always has, and works.
@@ -219,20 +220,12 @@ TEST(PlatformEnv, ABadWarmMemoryStopsTheProgramWithOneLine) {
   }
 }
 
-// Anonymous memory this process has resident, in bytes.
-unsigned long long ResidentAnonymousBytes() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;  // kB
-  return 0;
-}
-
 // args: the least anonymous memory resident after cuInit, in bytes
 CONFORMANCE_CHILD(warm_host) {
   if (int rc = ChildContext(); rc != 0) return rc;
   const unsigned long long least = std::stoull(args.at(0));
-  if (ResidentAnonymousBytes() < least)
-    return ChildFail("resident anonymous memory below", ResidentAnonymousBytes(), least);
+  const unsigned long long resident = ResidentBytes("RssAnon");
+  if (resident < least) return ChildFail("resident anonymous memory below", resident, least);
   // Allocations from the arena and past it: zeroed, usable, pinned as far as copies go.
   constexpr size_t kMiB = 1 << 20;
   void* blocks[3] = {};

@@ -159,6 +159,13 @@ TEST(DeltaPlay, EveryTokenKeptUnderTheShimWithEveryPolicy) {
         }
         if (swapsOnly) {
           EXPECT_GT(shimmed.stat("evictions"), 0u) << shimmed.err;
+          // Copies out went into pinned chunks (shim/pools.h): a few, no more than the job.
+          EXPECT_GT(shimmed.stat("pinned_host_bytes"), 0u) << shimmed.err;
+          EXPECT_LE(shimmed.stat("pinned_host_bytes"),
+                    std::max<uint64_t>(2 * std::stoull(plain.value("played_peak_bytes")), 64ull << 20))
+              << shimmed.err;
+          EXPECT_GE(shimmed.stat("pinned_chunks"), 1u) << shimmed.err;
+          EXPECT_LE(shimmed.stat("pinned_chunks_ahead"), shimmed.stat("pinned_chunks")) << shimmed.err;
         }
       }
     }

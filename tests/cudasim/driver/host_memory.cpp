@@ -11,10 +11,11 @@ namespace cudasim {
 
 namespace {
 constexpr size_t kPage = 4096;
+size_t wholePages(size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
 }  // namespace
 
 void HostMemory::warm(uint64_t bytes) {
-  bytes = (bytes + kPage - 1) / kPage * kPage;
+  bytes = wholePages(bytes);
   if (bytes == 0) return;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
                  -1, 0);
@@ -34,7 +35,7 @@ CUresult HostMemory::allocate(size_t bytes, void** out) {
   if (faults().hostAlloc.fires()) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard lock(mutex_);
   if (!withinPinnedLimit(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-  const size_t pages = (bytes + kPage - 1) / kPage * kPage;
+  const size_t pages = wholePages(bytes);
   for (auto free = arenaFree_.begin(); free != arenaFree_.end(); ++free) {
     if (free->second < pages) continue;
     const uintptr_t start = free->first;
@@ -70,7 +71,7 @@ CUresult HostMemory::free(void* pointer) {
   auto it = ranges_.find(reinterpret_cast<uintptr_t>(pointer));
   if (it == ranges_.end() || !it->second.allocated) return CUDA_ERROR_INVALID_VALUE;
   if (it->second.fromArena) {
-    const size_t pages = (it->second.bytes + kPage - 1) / kPage * kPage;
+    const size_t pages = wholePages(it->second.bytes);
     uintptr_t start = it->first;
     size_t span = pages;
     mprotect(pointer, pages, PROT_NONE);
