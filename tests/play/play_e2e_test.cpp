@@ -161,11 +161,12 @@ TEST(DeltaPlay, EveryTokenKeptUnderTheShimWithEveryPolicy) {
           EXPECT_GT(shimmed.stat("evictions"), 0u) << shimmed.err;
           // Copies out went into pinned chunks (shim/pools.h): a few, no more than the job.
           EXPECT_GT(shimmed.stat("pinned_host_bytes"), 0u) << shimmed.err;
-          EXPECT_LE(shimmed.stat("pinned_host_bytes"),
-                    std::max<uint64_t>(2 * std::stoull(plain.value("played_peak_bytes")), 64ull << 20))
+          const uint64_t playedPeak = std::stoull(plain.value("played_peak_bytes"));
+          EXPECT_LE(shimmed.stat("pinned_host_bytes"), std::max<uint64_t>(2 * playedPeak, 64ull << 20))
               << shimmed.err;
           EXPECT_GE(shimmed.stat("pinned_chunks"), 1u) << shimmed.err;
-          EXPECT_LE(shimmed.stat("pinned_chunks_ahead"), shimmed.stat("pinned_chunks")) << shimmed.err;
+          EXPECT_LE(shimmed.stat("pinned_chunks_ahead"), shimmed.stat("pinned_chunks"))
+              << shimmed.err;
         }
       }
     }
