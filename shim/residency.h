@@ -609,6 +609,9 @@ class Residency {
   CUevent fenceOf(const void* thread) const;
   // Held by a launch prepared and not yet enqueued (any thread): not evictable now.
   bool isHeld(uint32_t id) const;
+  // Every launch that used the buffer has passed on the device, as far as the launch marks read
+  // so far tell (a use without a mark counts as passed).
+  bool usesPassed(const Buffer& buffer) const;
   bool ensureEvictStream();
   // What the host link gives each way, measured once (the policy's seed is a guess: 12 GB/s,
   // where a GPU may have 25 or 450): a copy in and a copy out of a few MiB of memory of the
@@ -719,6 +722,9 @@ class Residency {
   // Memory has been short at least once: from then on, room is made ahead of each launch (until
   // then the budget never bound, and the look ahead would only cost the launch path).
   bool beenShort_ = false;
+  // Set while evictUntil or makeRoomAhead asks for victims the device has finished with
+  // (evict() passes the others over, as it does held ones).
+  bool preferPassedUses_ = false;
   // Estimated ends of the copies queued on each engine (the policy's cost model, which the
   // measured copies calibrate).
   int64_t d2hBusyUntilNs_ = 0;

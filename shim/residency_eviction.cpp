@@ -12,6 +12,7 @@
 
 namespace delta::shim {
 
+using detail::kPreferPassedRounds;
 using detail::kVictimBatch;
 using detail::roundUp;
 using detail::thisThread;
@@ -48,6 +49,14 @@ bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint3
   policy::Victim victims[kVictimBatch];
   beenShort_ |= !fits();
   if (beenShort_ && !linkProbed_) [[unlikely]] probeLink();
+  // Victims the device has finished with first. The host runs ahead of the device (up to an
+  // iteration, where the program synchronises once per iteration), and a victim that work
+  // queued ahead still uses gives its memory back only when the device gets there: the host,
+  // needing the room, waits that long, and the queue behind the victim's last use is all the
+  // device has left to run meanwhile. Known only with the launch marks read (timedMarks_), and
+  // for a few rounds of asking at most: then any victim, as before.
+  preferPassedUses_ = timedMarks_;
+  int preferRounds = 0;
   while (!fits()) {
     // What the evictions in flight will free counts: only the rest needs new victims.
     const uint64_t over = deviceBytes() + bytes - limit;
@@ -60,13 +69,20 @@ bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint3
       request.keep = keepIds_;
       const size_t count = policy_->chooseVictims(request, victims);
       const size_t kept = keepIds_.size();
-      if (count > 0 && (evict(victims, count, cause) || keepIds_.size() > kept)) continue;
+      const bool progress = count > 0 && (evict(victims, count, cause) || keepIds_.size() > kept);
+      if (preferPassedUses_ && (!progress || ++preferRounds >= kPreferPassedRounds)) {
+        preferPassedUses_ = false;  // none left that the device is done with: any victim
+        keepIds_.assign(keep.begin(), keep.end());
+        continue;
+      }
+      if (progress) continue;
     }
     // Nothing more to start: wait for the oldest eviction in flight (a stall), or give up.
     if (inFlight_.empty()) break;
     reclaimEvictions(true);
     physical_.trim(UINT64_MAX);
   }
+  preferPassedUses_ = false;
   return fits();
 }
 
@@ -314,7 +330,7 @@ bool Residency::evict(const policy::Victim* victims, size_t count, uint32_t caus
     if (!buffer.live || buffer.state != State::kResident || buffer.evicting ||
         buffer.immovable() || !buffer.accessible)
       continue;
-    if (isHeld(id) || buffer.regenerating) {
+    if (isHeld(id) || buffer.regenerating || (preferPassedUses_ && !usesPassed(buffer))) {
       keepIds_.push_back(id);  // not now: the caller asks again without it
       continue;
     }
@@ -494,6 +510,16 @@ bool Residency::isHeld(uint32_t id) const {
   return heldCounts_[id].load(std::memory_order_acquire) > 0;
 }
 
+bool Residency::usesPassed(const Buffer& buffer) const {
+  for (int i = 0; i < buffer.useCount; ++i) {
+    const StreamUse& use = buffer.uses[i];
+    if (use.thread != nullptr || use.mark == 0) continue;
+    for (const auto& m : launchMarks_)
+      if (m->stream == use.stream && use.mark >= m->read) return false;  // not read as passed yet
+  }
+  return true;
+}
+
 bool Residency::reclaimEvictions(bool wait) {
   bool any = false;
   bool waited = false;
@@ -611,17 +637,31 @@ void Residency::makeRoomAhead(int64_t now) {
   // predicted to be needed back before the memory is (the policy sees to that through
   // not_before_ns).
   keepIds_.assign(workingSet_.begin(), workingSet_.end());
-  policy::EvictRequest request;
-  request.bytes = need - room - evictingBytes_;
-  request.now_ns = now;
-  request.urgent = false;
-  fillLinkState(request);
-  request.not_before_ns = needAt;
-  request.keep = keepIds_;
   policy::Victim victims[kVictimBatch];
-  const size_t count = policy_->chooseVictims(request, victims);
-  // Counted as they went: evict() passes over victims held by other launches meanwhile.
-  if (count > 0 && evict(victims, count, 0)) stats_.evictionsAhead += inFlight_.back().members.size();
+  // Ahead of need, only victims the device is done with (as far as the launch marks tell): a
+  // copy out queued behind work the device has not reached holds the eviction stream, and every
+  // copy after it, an urgent one included, until the device gets there. The others can go on
+  // a later launch, once passed.
+  preferPassedUses_ = timedMarks_;
+  const int rounds = timedMarks_ ? kPreferPassedRounds : 1;
+  for (int round = 0; round < rounds && need > room + evictingBytes_; ++round) {
+    policy::EvictRequest request;
+    request.bytes = need - room - evictingBytes_;
+    request.now_ns = now;
+    request.urgent = false;
+    fillLinkState(request);
+    request.not_before_ns = needAt;
+    request.keep = keepIds_;
+    const size_t count = policy_->chooseVictims(request, victims);
+    if (count == 0) break;
+    const size_t kept = keepIds_.size();
+    // Counted as they went: evict() passes over victims held by other launches meanwhile.
+    if (evict(victims, count, 0))
+      stats_.evictionsAhead += inFlight_.back().members.size();
+    else if (keepIds_.size() == kept)
+      break;  // none could go, and none was passed over to ask again without
+  }
+  preferPassedUses_ = false;
 }
 
 CUresult Residency::restore(uint32_t id, CUstream stream, uint32_t cause,

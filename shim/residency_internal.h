@@ -25,6 +25,10 @@ constexpr uint32_t kMaxBuffers = 1u << 18;
 
 // Victims asked of the policy at a time.
 constexpr size_t kVictimBatch = 64;
+// Rounds of asking the policy for victims the device has finished with (Residency::evictUntil,
+// before any will do; Residency::makeRoomAhead, before giving up until the next launch): each
+// round passes over up to kVictimBatch the device has not finished with.
+constexpr int kPreferPassedRounds = 8;
 
 inline uint64_t roundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
 

@@ -31,6 +31,9 @@ struct FakeDriverLog {
   // cuEventQuery answers CUDA_ERROR_NOT_READY while set: work stays in flight until a host
   // wait (cuEventSynchronize, cuStreamSynchronize, cuCtxSynchronize) or until it is cleared.
   std::atomic<bool> eventsPending{false};
+  // When set (and eventsPending is not): cuEventQuery answers CUDA_ERROR_NOT_READY for the
+  // events it names, as a device that has reached some streams' work and not others' would.
+  std::function<bool(CUevent)> eventPending;
   std::mutex mutex;
   std::vector<std::pair<CUevent, CUstream>> recorded;  // cuEventRecord
   std::vector<std::pair<CUstream, CUevent>> waited;    // cuStreamWaitEvent
@@ -63,6 +66,7 @@ struct FakeDriverLog {
     badMappings = 0;
     onEventRecord = nullptr;
     eventTimeMs = nullptr;
+    eventPending = nullptr;
   }
 };
 
@@ -168,9 +172,11 @@ inline CUresult eventRecord(CUevent event, CUstream stream) {
   if (fakeDriverLog().onEventRecord) fakeDriverLog().onEventRecord(stream);
   return CUDA_SUCCESS;
 }
-inline CUresult eventQuery(CUevent) {
+inline CUresult eventQuery(CUevent event) {
   count();
-  return fakeDriverLog().eventsPending ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+  const FakeDriverLog& log = fakeDriverLog();
+  const bool pending = log.eventsPending || (log.eventPending && log.eventPending(event));
+  return pending ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 inline CUresult eventSynchronize(CUevent) { count(); return CUDA_SUCCESS; }
 inline CUresult eventDestroy(CUevent) { count(); return CUDA_SUCCESS; }

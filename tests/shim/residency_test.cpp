@@ -414,6 +414,86 @@ TEST(ResidencyMarks, OnceShortThePolicyLearnsWhenEachLaunchRanOnTheDeviceAndPass
   }
 }
 
+TEST(ResidencyMarks, AVictimTheDeviceIsDoneWithGoesBeforeOneThatWorkQueuedAheadStillUses) {
+  // The host runs ahead of the device. A victim that work still queued uses gives its memory
+  // back only when the device gets there, and a host that needs the room waits that long; one
+  // whose uses have passed costs only its copy. Two streams: the device is stuck behind a long
+  // kernel on one (none of its marks passes) and has caught up with the other.
+  auto residency = residencyWith(std::make_unique<TimedLru>(policy::PolicyConfig{}), 4 * kBuffer);
+  Residency& r = *residency;
+  const std::vector<CUdeviceptr> b = allocate(r, 4);
+  CUdeviceptr fifth = 0;
+  ASSERT_EQ(r.allocate(kBuffer, &fifth), CUDA_SUCCESS);  // short from here on (b[0] goes)
+  fakeDriverLog().reset(true);
+  const CUstream busy = reinterpret_cast<CUstream>(uintptr_t(0x5200));
+  // Pending: what was recorded last on the busy stream.
+  fakeDriverLog().eventPending = [busy](CUevent event) {
+    const auto& recorded = fakeDriverLog().recorded;
+    for (size_t i = recorded.size(); i-- > 0;)
+      if (recorded[i].first == event) return recorded[i].second == busy;
+    return false;
+  };
+  auto launch = [&](CUstream stream, CUdeviceptr buffer) {
+    ASSERT_EQ(prepare(r, stream, {buffer}), CUDA_SUCCESS);
+    r.releaseHeld();
+  };
+  launch(busy, b[1]);  // least recently used from here: lru's first choice
+  for (CUdeviceptr buffer : {b[2], b[3], fifth, fifth}) launch(kStream, buffer);  // the last reads the marks
+  // The eviction stream waited for work on the busy stream: for an event recorded there.
+  auto waitedForBusy = [busy] {
+    const auto& waited = fakeDriverLog().waited;
+    const auto& recorded = fakeDriverLog().recorded;
+    return std::any_of(waited.begin(), waited.end(), [&](const auto& w) {
+      return std::find(recorded.begin(), recorded.end(), std::make_pair(w.second, busy)) != recorded.end();
+    });
+  };
+  CUdeviceptr sixth = 0;
+  ASSERT_EQ(r.allocate(kBuffer, &sixth), CUDA_SUCCESS);
+  EXPECT_TRUE(copiedOut(b[2])) << "the next least recently used, done with on the device";
+  EXPECT_FALSE(copiedOut(b[1])) << "a victim the device has not reached was taken first";
+  EXPECT_FALSE(waitedForBusy());
+  EXPECT_EQ(r.stats().stallNs, 0u);
+
+  // Every buffer used on the busy stream since: none is done with, and one goes all the same
+  // (the least recently used), its copy out behind its last launch.
+  for (CUdeviceptr buffer : {b[3], fifth, sixth}) launch(busy, buffer);
+  CUdeviceptr seventh = 0;
+  ASSERT_EQ(r.allocate(kBuffer, &seventh), CUDA_SUCCESS);
+  EXPECT_TRUE(copiedOut(b[1]));
+  EXPECT_TRUE(waitedForBusy()) << "the copy out did not wait for the victim's last launch";
+  EXPECT_FALSE(copiedOut(b[3]) || copiedOut(fifth) || copiedOut(sixth));
+  fakeDriverLog().reset(false);
+}
+
+TEST(ResidencyMarks, RoomIsMadeAheadOnlyWithVictimsTheDeviceIsDoneWith) {
+  // Delta, told the device's times as the shim tells it, learns a loop over six buffers under a
+  // budget of four. While the device runs behind (no mark passes), nothing is evicted ahead: a
+  // copy out queued behind work the device has not reached would hold every later copy, urgent
+  // ones too. Launches that need room still get it, by evictions on demand, in budget. (Before
+  // this rule the same loop evicted 12 buffers ahead.)
+  policy::PolicyConfig config;
+  config.max_buffers = 1u << 18;
+  config.timed_launches = true;
+  policy::PolicyResult made = policy::makePolicy("delta", config);
+  ASSERT_EQ(made.error, "");
+  auto r = residencyWith(std::move(made.policy), 4 * kBuffer);
+  const std::vector<CUdeviceptr> b = allocate(*r, 6);
+  fakeDriverLog().reset(true);
+  fakeDriverLog().eventsPending = true;
+  for (int iteration = 0; iteration < 6; ++iteration) {
+    r->markIteration();
+    for (CUdeviceptr buffer : b) {
+      ASSERT_EQ(prepare(*r, kStream, {buffer}), CUDA_SUCCESS);
+      r->releaseHeld();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  EXPECT_GT(r->stats().evictions + r->stats().cleanEvictions, 10u);
+  EXPECT_EQ(r->stats().evictionsAhead, 0u);
+  EXPECT_LE(r->stats().peakDeviceBytes, 4 * kBuffer);
+  fakeDriverLog().reset(false);
+}
+
 TEST(ResidencyCosts, WhatTheLinkGivesEachWayIsMeasuredFromTheCopiesTimed) {
   // The policy starts from 12 GB/s each way. The fake device takes 1 ms per copy of a 2 MiB
   // buffer (2.1 GB/s) out and back, whether the buffer is restored on demand or prefetched:
