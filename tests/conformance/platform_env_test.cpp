@@ -1,7 +1,8 @@
 /* cudasim's environment switches, each checked in a fresh child process:
  * CUDASIM_DEVICE_MEMORY (capacity, K/M/G suffixes, default 4G; a fragmented device),
  * CUDASIM_WARM_MEMORY (device memory written once at start: resident, still zero),
- * CUDASIM_WARM_HOST_MEMORY (pinned memory made once at start and handed out from there),
+ * CUDASIM_WARM_HOST_MEMORY (pinned memory made once at start and handed out from there, while
+ *   another thread copies),
  * CUDASIM_DEVICE_COUNT=0,
  * CUDASIM_CUPTI_DRIVER_CALLBACKS=0, CUDASIM_CUPTI_HELD_BY. */
 #include <cupti.h>
@@ -9,10 +10,12 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "conformance_util.h"
@@ -274,6 +277,67 @@ TEST(PlatformEnv, WarmHostMemoryIsPinnedOnceAndHandedOut) {
     opt.args = {std::to_string(least)};
     opt.set_env = {{"CUDASIM_WARM_HOST_MEMORY", warm}};
     ChildResult r = RunChild("warm_host", opt);
+    EXPECT_TRUE(r.exited && r.exit_code == 0)
+        << "CUDASIM_WARM_HOST_MEMORY=" << warm << "\n" << r.output;
+  }
+}
+
+// Another thread pins and frees blocks (from the arena and past it) while this one copies
+// through pinned memory it has: every copy lands whole, every fresh block reads zero, and what
+// is pinned adds up at the end (a second block of the same size still fits the arena).
+CONFORMANCE_CHILD(pinning_beside_copies) {
+  if (int rc = ChildContext(); rc != 0) return rc;
+  CUcontext context = nullptr;
+  cuCtxGetCurrent(&context);
+  constexpr size_t kMiB = 1 << 20;
+  std::atomic<int> failure{0};
+  std::thread pinner([&] {
+    cuCtxSetCurrent(context);
+    for (int round = 0; round < 12 && failure == 0; ++round) {
+      void* block = nullptr;
+      const size_t bytes = (round % 3 + 1) * 16 * kMiB;
+      if (cuMemHostAlloc(&block, bytes, 0) != CUDA_SUCCESS) {
+        failure = 1;
+        break;
+      }
+      auto* data = static_cast<unsigned char*>(block);
+      for (size_t at = 0; at < bytes; at += 4096)
+        if (data[at] != 0) failure = 2;
+      std::memset(data, round + 1, bytes);
+      if (cuMemFreeHost(block) != CUDA_SUCCESS) failure = 3;
+    }
+  });
+  void* source = nullptr;
+  void* target = nullptr;
+  cuMemHostAlloc(&source, 4 * kMiB, 0);
+  cuMemHostAlloc(&target, 4 * kMiB, 0);
+  CUdeviceptr d = 0;
+  cuMemAlloc(&d, 4 * kMiB);
+  CUstream stream = nullptr;
+  cuStreamCreate(&stream, 0);
+  for (int round = 0; round < 200; ++round) {
+    std::memset(source, round & 0xff, 4 * kMiB);
+    if (CUresult r = cuMemcpyHtoDAsync(d, source, 4 * kMiB, stream); r != CUDA_SUCCESS)
+      failure = 10;
+    if (CUresult r = cuMemcpyDtoHAsync(target, d, 4 * kMiB, stream); r != CUDA_SUCCESS)
+      failure = 11;
+    cuStreamSynchronize(stream);
+    if (std::memcmp(source, target, 4 * kMiB) != 0) failure = 12;
+  }
+  pinner.join();
+  if (failure != 0) return ChildFail("failure", failure.load(), 0);
+  // Everything the other thread pinned went back: 48 MiB fits again, whole.
+  void* again = nullptr;
+  if (CUresult r = cuMemHostAlloc(&again, 48 * kMiB, 0); r != CUDA_SUCCESS)
+    return ChildFail("pinning after the others went back", r, 0);
+  return 0;
+}
+
+TEST(PlatformEnv, PinningOnOneThreadLeavesCopiesOnAnotherWhole) {
+  for (const char* warm : {"", "64M"}) {
+    ChildOptions opt;
+    opt.set_env = {{"CUDASIM_WARM_HOST_MEMORY", warm}};
+    ChildResult r = RunChild("pinning_beside_copies", opt);
     EXPECT_TRUE(r.exited && r.exit_code == 0)
         << "CUDASIM_WARM_HOST_MEMORY=" << warm << "\n" << r.output;
   }

@@ -39,7 +39,7 @@ class HostMemory {
 
   std::mutex mutex_;
   std::map<uintptr_t, Range> ranges_;
-  uint64_t pinnedBytes_ = 0;  // allocated and registered
+  uint64_t pinnedBytes_ = 0;  // allocated (or being allocated) and registered
   std::map<uintptr_t, size_t> arenaFree_;  // start -> bytes, of the warmed arena
 };
 
