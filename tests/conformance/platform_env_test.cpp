@@ -284,7 +284,8 @@ TEST(PlatformEnv, WarmHostMemoryIsPinnedOnceAndHandedOut) {
 
 // Another thread pins and frees blocks (from the arena and past it) while this one copies
 // through pinned memory it has: every copy lands whole, every fresh block reads zero, and what
-// is pinned adds up at the end (a second block of the same size still fits the arena).
+// is pinned adds up at the end (under a pinned limit of 64 MiB, exactly what the two blocks
+// held here leave can be pinned again, and not a MiB more).
 CONFORMANCE_CHILD(pinning_beside_copies) {
   if (int rc = ChildContext(); rc != 0) return rc;
   CUcontext context = nullptr;
@@ -326,17 +327,19 @@ CONFORMANCE_CHILD(pinning_beside_copies) {
   }
   pinner.join();
   if (failure != 0) return ChildFail("failure", failure.load(), 0);
-  // Everything the other thread pinned went back: 48 MiB fits again, whole.
-  void* again = nullptr;
-  if (CUresult r = cuMemHostAlloc(&again, 48 * kMiB, 0); r != CUDA_SUCCESS)
-    return ChildFail("pinning after the others went back", r, 0);
+  void* rest = nullptr;
+  if (CUresult r = cuMemHostAlloc(&rest, 56 * kMiB, 0); r != CUDA_SUCCESS)
+    return ChildFail("pinning what the other thread gave back", r, 0);
+  void* more = nullptr;
+  if (CUresult r = cuMemHostAlloc(&more, kMiB, 0); r != CUDA_ERROR_OUT_OF_MEMORY)
+    return ChildFail("pinning past the limit", r, CUDA_ERROR_OUT_OF_MEMORY);
   return 0;
 }
 
 TEST(PlatformEnv, PinningOnOneThreadLeavesCopiesOnAnotherWhole) {
   for (const char* warm : {"", "64M"}) {
     ChildOptions opt;
-    opt.set_env = {{"CUDASIM_WARM_HOST_MEMORY", warm}};
+    opt.set_env = {{"CUDASIM_WARM_HOST_MEMORY", warm}, {"CUDASIM_FAULTS", "pinned-limit=64M"}};
     ChildResult r = RunChild("pinning_beside_copies", opt);
     EXPECT_TRUE(r.exited && r.exit_code == 0)
         << "CUDASIM_WARM_HOST_MEMORY=" << warm << "\n" << r.output;
