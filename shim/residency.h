@@ -7,7 +7,10 @@
 // last work that used it, and unmaps and releases the physical memory once that batch is done
 // (the host does not wait for it unless nothing else can make room); restoring maps new
 // physical memory at the same address and copies the contents back on the stream of the
-// work that needs them, so that work is ordered after the copy.
+// work that needs them, so that work is ordered after the copy. The host runs ahead of the
+// device: with the launch marks read (below), victims whose last launches the device has
+// passed go first, and room made ahead of need is taken from those only (a copy out queued
+// behind work the device has not reached holds every later one on the eviction stream).
 //
 // Costs, when nothing must move: a launch takes the lock once (prepare; releaseHeld takes none:
 // holds are atomic counters apart from the buffers' records), looks each candidate pointer up
@@ -19,8 +22,9 @@
 // after it (its launch mark, LaunchMarks below), so that an eviction waits for the victim's
 // last launch rather than for the stream's tail; with a policy that wants the device's times
 // (delta), also one before it (after its waits), and the marks that passed are read (one
-// cuEventQuery per marked stream while none has; two elapsed-time calls per mark read). Measured with callgrind (bench/shim_bench, hook/fake/hit8_fixed/1000, instructions
-// per launch): releaseHeld 81, the parameter-layout lookup about 30 (thread-local cache), no
+// cuEventQuery per marked stream while none has; two elapsed-time calls per mark read).
+// Measured with callgrind (bench/shim_bench, hook/fake/hit8_fixed/1000, instructions per
+// launch): releaseHeld 81, the parameter-layout lookup about 30 (thread-local cache), no
 // lock but this one (docs/shim.md, Costs).
 //
 // Pointer tables (pointer_tables.h): what the program writes into device memory that points at
