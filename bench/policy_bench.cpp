@@ -6,10 +6,13 @@
 
 #include <array>
 #include <filesystem>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "policy/dtr_log_reader.h"
 #include "policy/planner.h"
+#include "policy/prefetcher.h"
 #include "policy/policy_factory.h"
 #include "policy/simulator.h"
 
@@ -143,6 +146,40 @@ void BM_SimulateDtrTrace(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(r.workload.ops.size()) * 3);
 }
+
+// The room to make ahead (Prefetcher::upcomingBytes), asked after every launch once memory has
+// been short: a learned iteration of 2,000 launches 10 us apart, where every k-th launch
+// allocates 2 MiB (freed 20 launches later) and the others allocate nothing (the shim leaves
+// small buffers unmanaged); 12 GB/s. Launches that allocate nothing do not end the window, so
+// the sparser the allocations, the further a call walks (kMaxScan at most).
+void BM_UpcomingBytes(benchmark::State& state) {
+  const auto every = static_cast<std::uint32_t>(state.range(0));
+  constexpr std::uint32_t kLaunches = 2000;
+  constexpr std::uint64_t kBytes = 2u << 20;
+  UseSchedule schedule;
+  schedule.reserve(kLaunches, kLaunches, 4 * kLaunches);
+  BufferTable table(kLaunches);
+  for (std::uint32_t q = 0; q < kLaunches; ++q) {
+    const bool allocates = q % every == 0;
+    std::array<BufferId, 1> uses = {q};
+    schedule.addLaunch(static_cast<std::int64_t>(q) * 10'000, allocates ? kBytes : 0,
+                       allocates ? std::span<const BufferId>(uses) : std::span<const BufferId>());
+    if (allocates) {
+      table.allocate(q, kBytes, 0);
+    }
+    if (q >= 20 && (q - 20) % every == 0) schedule.addFree(q - 20, kBytes);
+  }
+  schedule.finish(static_cast<std::int64_t>(kLaunches) * 10'000);
+  const CostModel link(12.0, 12.0);
+  std::uint32_t position = 0;
+  std::int64_t need_at = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(Prefetcher::upcomingBytes(schedule, position, table, link, need_at));
+    position = (position + 1) % kLaunches;
+  }
+  state.SetLabel("an allocation every " + std::to_string(every) + " launches");
+}
+BENCHMARK(BM_UpcomingBytes)->Arg(1)->Arg(8)->Arg(64);
 
 // Delta's planning step (planner.h): the learned iteration replayed under its six candidates,
 // once per newly learned iteration. Per plan, for iterations of 2 x layers launches.

@@ -27,6 +27,7 @@ void UseSchedule::clear() {
   indexed_bound_ = 0;
   length_ = 0;
   uses_ = 0;
+  largest_alloc_ = 0;
   duration_ns_ = 0;
   ready_ = false;
   overflowed_ = false;
@@ -40,6 +41,7 @@ bool UseSchedule::addLaunch(std::int64_t offset_ns, std::uint64_t alloc_bytes_be
   }
   time_[length_] = offset_ns;
   alloc_[length_] = alloc_bytes_before;
+  largest_alloc_ = std::max(largest_alloc_, alloc_bytes_before);
   launch_begin_[length_] = uses_;
   for (BufferId id : ids) {
     launch_ids_[uses_++] = id;

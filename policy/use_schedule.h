@@ -41,6 +41,8 @@ class UseSchedule {
   std::int64_t durationNs() const { return duration_ns_; }
   std::int64_t offsetNs(std::uint32_t pos) const { return pos < length_ ? time_[pos] : duration_ns_; }
   std::uint64_t allocBytesAt(std::uint32_t pos) const { return pos < length_ ? alloc_[pos] : 0; }
+  // The most any one launch allocates.
+  std::uint64_t largestAllocBytes() const { return largest_alloc_; }
   std::span<const BufferId> buffersAt(std::uint32_t pos) const;
   // Buffers freed after launch `pos` (ready() only), and the bytes each was recorded with.
   std::span<const BufferId> freesAt(std::uint32_t pos) const;
@@ -72,6 +74,7 @@ class UseSchedule {
   std::vector<std::uint64_t> free_bytes_;  // per buffer: its bytes when freed
   std::vector<std::uint32_t> free_begin_;  // per launch, into free_ids_; length_ + 1 entries used
   std::vector<BufferId> free_ids_;         // buffers freed, grouped by launch (finish())
+  std::uint64_t largest_alloc_ = 0;
   std::uint32_t length_ = 0;
   std::uint32_t uses_ = 0;
   // One past the highest buffer id used or freed in this recording (and in the index

@@ -245,6 +245,34 @@ TEST(Upcoming, TheNetWindowIsShorter) {
   EXPECT_EQ(need_at, 0);
 }
 
+// A launch's own bytes count in the test of whether it is in the window: room for 4 MiB
+// takes 0.35 ms to copy out at 12 GB/s, so an allocation 0.1-0.3 ms ahead needs room made now,
+// whatever the launches before it allocate. (Tested on the bytes before it, a first launch that
+// allocated nothing ended the window there, and the need was seen one launch before it came.)
+TEST(Upcoming, AnAllocationCloserThanItsCopyOutIsSeenBehindLaunchesThatAllocateNothing) {
+  constexpr std::int64_t kGap = kMs / 10;
+  const CostModel link(12.0, 12.0);
+  for (Prefetcher::Window window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet}) {
+    for (std::uint32_t idle = 1; idle <= 3; ++idle) {
+      UseSchedule schedule;
+      schedule.reserve(16, 16, 64);
+      for (std::uint32_t q = 0; q < idle; ++q) {
+        const BufferId uses[] = {8};
+        schedule.addLaunch(static_cast<std::int64_t>(q) * kGap, 0, uses);
+      }
+      const BufferId uses[] = {0};
+      schedule.addLaunch(static_cast<std::int64_t>(idle) * kGap, k4, uses);
+      schedule.addFree(0, k4);
+      schedule.finish(static_cast<std::int64_t>(idle + 1) * kGap);
+      BufferTable table(16);
+      table.allocate(8, kMiB, 0);
+      std::int64_t need_at = -1;
+      EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, need_at, window), k4) << idle;
+      EXPECT_EQ(need_at, static_cast<std::int64_t>(idle) * kGap) << idle;
+    }
+  }
+}
+
 // When the memory is needed: the first launch where the net count reaches its peak, however
 // far the window reaches beyond it. Launches 1 ms apart over a link so slow that the window
 // covers the iteration (the first launch needs 1 MiB of scratch, freed after it): 4 MiB
