@@ -87,10 +87,17 @@ void DeltaPolicy::onWaited(BufferId id, std::int64_t waited_ns) {
 
 void DeltaPolicy::closeOutcome(BufferId id, bool used) {
   if (pending_[id] == Pending::kNone) return;
-  Outcome& o = table_[id].evicted_by == Action::kSwap ? swap_outcome_[swap_class_[id]] : recompute_outcome_;
-  // Not used since (freed, or evicted again after a prefetch): nothing was brought back for a
-  // use, so its waits count (a copy out that held memory) but no transfer to compare them with.
-  o.add(static_cast<double>(waited_[id]), used ? static_cast<double>(expected_[id]) : 0.0, now_ns_, periodNs());
+  const bool swapped = table_[id].evicted_by == Action::kSwap;
+  Outcome& o = swapped ? swap_outcome_[swap_class_[id]] : recompute_outcome_;
+  // Not used since it came back: nothing was brought back for a use, so its waits count but
+  // no transfer to compare them with (a restore thrown away, or a recompute). Not used and
+  // never brought back (freed while swapped out): the one transfer it made, its copy out, is
+  // what its waits (the copy holding memory) compare with. Compared with nothing, a workload
+  // whose swaps are mostly of buffers never read again (an LSTM's) priced each swap at
+  // hundreds of its transfers, and dropped buffers it then had to recompute.
+  const bool only_copied_out = swapped && pending_[id] == Pending::kEvicted;
+  o.add(static_cast<double>(waited_[id]), used || only_copied_out ? static_cast<double>(expected_[id]) : 0.0,
+        now_ns_, periodNs());
   pending_[id] = Pending::kNone;
   waited_[id] = 0;
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -167,6 +168,72 @@ INSTANTIATE_TEST_SUITE_P(
         OutcomeCase{"recompute_alone", Action::kRecompute, 4 * kMs, true, 1.0, 1.0},
         OutcomeCase{"recompute_chain", Action::kRecompute, 8 * kMs, true, 1.0, 2.0}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// A swap freed while still out (never brought back): its waits (its copy out holding memory)
+// compare with the one transfer it made. Compared with nothing, as a restore thrown away is,
+// a workload whose swaps are mostly of buffers never read again priced every swap at hundreds
+// of its transfers (the LSTM's, docs/policy.md).
+TEST(DeltaOutcome, ASwapFreedWhileOutComparesItsWaitsWithItsCopyOut) {
+  for (const double share : {0.0, 0.5, 1.0, 2.0}) {
+    PolicyConfig config;
+    config.max_buffers = 4;
+    DeltaPolicy p(config, DirectorMode::kMixed);
+    p.onAlloc(0, 120 * kMiB, 0);
+    const std::array<BufferId, 1> ws = {0};
+    p.onLaunch({0, 0, ws});
+    p.onEvicted(0, Action::kSwap);
+    const auto waited = static_cast<std::int64_t>(share * static_cast<double>(kTransfer));
+    if (waited > 0) p.onWaited(0, waited);
+    p.onFree(0, 20 * kMs);
+    EXPECT_NEAR(p.swapVisibleShare(DeltaPolicy::swapClass(true, kUnknownNs, 0)), share, 0.01) << share;
+  }
+}
+
+// Each of `steps` steps reads the last state and makes the next one (recomputable) and a stash
+// nobody reads again before the iteration's end frees it (no hook: a swap that never comes
+// back); a backward pass reads the states in reverse, freeing each. Sizes and times from the
+// seed. Under a budget the stashes are the victims to take: their copies out can hide behind
+// the steps, where dropping a state costs a recompute in backward.
+Workload stashWorkload(std::mt19937& rng, int steps) {
+  std::uniform_int_distribution<int> mib(2, 6), us(300, 900);
+  WorkloadBuilder b;
+  BufferId state = b.persistent("h0", 4 * kMiB);
+  std::vector<BufferId> states, stashes;
+  for (int t = 0; t < steps; ++t) {
+    state = b.op("step" + std::to_string(t), us(rng) * 1000, {state}, {4 * kMiB})[0];
+    states.push_back(state);
+    stashes.push_back(b.op("stash" + std::to_string(t), us(rng) * 100, {state},
+                           {static_cast<std::uint64_t>(mib(rng)) * kMiB}, {}, false)[0]);
+  }
+  for (int t = steps - 1; t >= 0; --t) {
+    b.op("back" + std::to_string(t), 2 * us(rng) * 1000, {states[static_cast<std::size_t>(t)]});
+    b.free(states[static_cast<std::size_t>(t)]);
+  }
+  for (BufferId s : stashes) b.free(s);
+  return b.take();
+}
+
+TEST(DeltaOutcome, SwapsTheStashesNeverReadAgainRatherThanDroppingStates) {
+  for (std::uint32_t seed = 1; seed <= 6; ++seed) {
+    std::mt19937 rng(seed);
+    const Workload w = stashWorkload(rng, 24 + static_cast<int>(seed) * 4);
+    ASSERT_EQ(w.validate(), "");
+    for (const double budget : {0.5, 0.7}) {
+      SimOptions o;
+      o.budget_bytes = static_cast<std::uint64_t>(budget * static_cast<double>(w.peakBytes()));
+      o.iterations = 4;
+      o.warmup = 2;
+      o.plan = false;
+      DeltaPolicy delta(configFor(w, 12.0), DirectorMode::kMixed);
+      const SimResult r = Simulator(w, o).run(delta);
+      LruPolicy lru(configFor(w, 12.0));
+      const SimResult l = Simulator(w, o).run(lru);
+      EXPECT_EQ(r.over_budget_ops, 0u);
+      EXPECT_LE(r.overhead_pct, l.overhead_pct) << "seed " << seed << " budget " << budget;
+      EXPECT_LE(r.recompute_ns, r.compute_ns / 50) << "seed " << seed << " budget " << budget;
+    }
+  }
+}
 
 struct ClassCase {
   bool urgent;
