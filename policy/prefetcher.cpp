@@ -115,12 +115,11 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
         if (schedule.nextUsePos(id, p0) == q) q_net += static_cast<std::int64_t>(table[id].bytes);
       }
     }
-    const std::uint64_t length_bytes =
-        window == Window::kGross
-            ? gross + q_gross
-            : std::max<std::uint64_t>(peak, static_cast<std::uint64_t>(std::max<std::int64_t>(net + q_net, 0)));
+    const auto net_through_q = static_cast<std::uint64_t>(std::max<std::int64_t>(net + q_net, 0));
+    const std::uint64_t length_bytes = window == Window::kGross ? gross + q_gross : std::max(peak, net_through_q);
     const std::int64_t restores_ns = restore_ns + q_restore_ns;
-    const bool in_window = q == position || due <= costs.transferNs(Direction::kDeviceToHost, length_bytes) + restores_ns;
+    const bool in_window =
+        q == position || due <= costs.transferNs(Direction::kDeviceToHost, length_bytes) + restores_ns;
     if (!in_window && (q_gross > 0 || due > costs.transferNs(Direction::kDeviceToHost,
                                                            length_bytes + schedule.largestAllocBytes()) +
                                                 restores_ns)) {

@@ -34,8 +34,9 @@ class Prefetcher {
   // use, each restore once, net of the memory the window's launches free before the later
   // ones need it: the peak of that running sum, never negative), over the window: up to the
   // last launch that comes sooner than copying out the bytes `window` names (through that
-  // launch) plus restoring the swapped ones would take. `need_at_ns`: how far ahead that peak comes, the first launch that reaches it (when
-  // the memory is needed); `window_ns` (optional): how far ahead the window reaches.
+  // launch) plus restoring the swapped ones would take. `need_at_ns`: how far ahead that peak
+  // comes, the first launch that reaches it (when the memory is needed); `window_ns`
+  // (optional): how far ahead the window reaches.
   static std::uint64_t upcomingBytes(const UseSchedule& schedule, std::uint32_t position,
                                      const BufferTable& table, const CostModel& costs,
                                      std::int64_t& need_at_ns, Window window = Window::kGross,
