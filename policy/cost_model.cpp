@@ -31,12 +31,4 @@ void CostModel::onRecomputeMeasured(std::int64_t estimated_ns, std::int64_t meas
   recompute_scale_ += kSampleWeight * (sample - recompute_scale_);
 }
 
-std::int64_t CostModel::transferNs(Direction dir, std::uint64_t bytes) const {
-  return static_cast<std::int64_t>(static_cast<double>(bytes) / bytesPerNs(dir));
-}
-
-double CostModel::bytesPerNs(Direction dir) const {
-  return dir == Direction::kHostToDevice ? h2d_ : d2h_;
-}
-
 }  // namespace delta::policy

@@ -20,8 +20,11 @@ class CostModel {
   // first one each way replaces the seed; later ones are smoothed.
   void onCopyMeasured(Direction dir, std::uint64_t bytes, std::int64_t ns);
 
-  std::int64_t transferNs(Direction dir, std::uint64_t bytes) const;
-  double bytesPerNs(Direction dir) const;
+  // Inline: room ahead asks it for every launch it walks (Prefetcher::upcomingBytes).
+  std::int64_t transferNs(Direction dir, std::uint64_t bytes) const {
+    return static_cast<std::int64_t>(static_cast<double>(bytes) / bytesPerNs(dir));
+  }
+  double bytesPerNs(Direction dir) const { return dir == Direction::kHostToDevice ? h2d_ : d2h_; }
 
   // A recompute its hook estimated at `estimated_ns` took `measured_ns` of device time. Hooks
   // estimate with one systematic error (a framework's cost model, a fixed guess), so the ratio
