@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <span>
 #include <string>
-#include <vector>
 
 #include "policy/dtr_log_reader.h"
 #include "policy/planner.h"
@@ -164,9 +163,7 @@ void BM_UpcomingBytes(benchmark::State& state) {
     std::array<BufferId, 1> uses = {q};
     schedule.addLaunch(static_cast<std::int64_t>(q) * 10'000, allocates ? kBytes : 0,
                        allocates ? std::span<const BufferId>(uses) : std::span<const BufferId>());
-    if (allocates) {
-      table.allocate(q, kBytes, 0);
-    }
+    if (allocates) table.allocate(q, kBytes, 0);
     if (q >= 20 && (q - 20) % every == 0) schedule.addFree(q - 20, kBytes);
   }
   schedule.finish(static_cast<std::int64_t>(kLaunches) * 10'000);

@@ -273,6 +273,41 @@ TEST(Upcoming, AnAllocationCloserThanItsCopyOutIsSeenBehindLaunchesThatAllocateN
   }
 }
 
+// Past launches that need nothing, an allocation counts only if it is in the window itself: 4 MiB
+// now (0.35 ms to copy out at 12 GB/s) and another 4 MiB `later` launches ahead, launches every
+// 0.1 ms between that need nothing. At 0.6 ms both take 0.7 ms to copy out, so the second is in
+// the window, which ends there; at 0.9 ms it is not, and the window ends at 0.3 ms, the last
+// launch sooner than the first 4 MiB's copy out (the launches walked over after it do not
+// lengthen it).
+TEST(Upcoming, PastLaunchesThatNeedNothingAnAllocationCountsOnlyInTheWindow) {
+  constexpr std::int64_t kGap = kMs / 10;
+  const CostModel link(12.0, 12.0);
+  struct Case {
+    std::uint32_t later;  // in launches (0.1 ms each)
+    std::uint64_t need;
+    std::int64_t need_at;
+    std::int64_t window;
+  };
+  for (const Case c : {Case{6, 2 * k4, 6 * kGap, 6 * kGap}, Case{9, k4, 0, 3 * kGap}}) {
+    UseSchedule schedule;
+    schedule.reserve(16, 16, 64);
+    for (std::uint32_t q = 0; q <= c.later; ++q) {
+      const BufferId first[] = {0}, second[] = {1}, idle[] = {8};
+      const bool allocates = q == 0 || q == c.later;
+      schedule.addLaunch(static_cast<std::int64_t>(q) * kGap, allocates ? k4 : 0,
+                         q == 0 ? first : q == c.later ? second : idle);
+    }
+    schedule.finish(static_cast<std::int64_t>(c.later + 1) * kGap);
+    BufferTable table(16);
+    table.allocate(8, kMiB, 0);
+    std::int64_t need_at = -1, window = -1;
+    EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, need_at, Prefetcher::Window::kGross, &window), c.need)
+        << c.later;
+    EXPECT_EQ(need_at, c.need_at) << c.later;
+    EXPECT_EQ(window, c.window) << c.later;
+  }
+}
+
 // When the memory is needed: the first launch where the net count reaches its peak, however
 // far the window reaches beyond it. Launches 1 ms apart over a link so slow that the window
 // covers the iteration (the first launch needs 1 MiB of scratch, freed after it): 4 MiB
