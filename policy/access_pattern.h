@@ -12,12 +12,12 @@
 // Its times are the caller's clock at each launch. A caller whose launches run later, on a
 // device, can report when each ran there (onLaunchTimed): once an iteration's launches are
 // reported, the learned iteration (when it is that iteration's launches) is timed by the
-// device instead, as it would run with nothing to wait for: each launch adds what it ran
-// beyond the launches before it, and no wait (for a restore, a recompute, a host that fell
-// behind), which depends on what the policy did, not on the work. The host runs ahead of the
-// device and blocks only now and then; its intervals say little of how long the device takes
-// to reach a launch, which is what predictions of next use, of room to make ahead and the
-// planner's op times are about. Cost: O(1) per report, O(launches) once per iteration timed.
+// device instead, as the device ran it: each launch starts when it started there, its waits
+// (for a restore, a recompute, a host that fell behind) included, as they will be again while
+// the policy acts the same way. The host runs ahead of the device and blocks only now and
+// then; its intervals say little of how long the device takes to reach a launch, which is what
+// predictions of next use, of room to make ahead and the planner's op times are about. The
+// planner takes the waits the policy was told of (onWaited) out of the op times itself. Cost: O(1) per report, O(launches) once per iteration timed.
 #pragma once
 
 #include <cstdint>

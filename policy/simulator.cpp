@@ -24,6 +24,10 @@ PolicyConfig policyConfigFor(const Workload& workload, const SimOptions& options
   config.d2h_gbps = options.d2h_gbps;
   config.budget_bytes = options.plan ? options.budget_bytes : 0;  // 0: the policy never plans
   config.plan_elsewhere = options.plan_elsewhere;
+  // As the shim does (shim.cpp): delta learns the iteration's times from when each launch ran
+  // (onLaunchTimed, from step), through the same code. Host-timed here and device-timed there,
+  // the replay predicted a policy the shim did not run (docs/policy.md, *One clock*).
+  config.timed_launches = true;
   return config;
 }
 
@@ -60,6 +64,8 @@ void Simulator::reset() {
   used_ = 0;
   pending_out_bytes_ = 0;
   t_compute_ = t_h2d_ = t_d2h_ = 0;
+  launches_told_ = 0;
+  times_wanted_ = policy_ != nullptr && policy_->wantsLaunchTimes();
   r_ = SimResult{};
   r_.budget_bytes = options_.budget_bytes;
 }
@@ -165,6 +171,10 @@ void Simulator::step(std::size_t op_index) {
   if (used_ > options_.budget_bytes) ++r_.over_budget_ops;
   const std::int64_t end = start + op.compute_ns;
   policy_->onLaunch({start, 0, ws});
+  // The device is in step with the host here: the launch's times are known at once (the shim
+  // reads them from events once the device has run it).
+  if (times_wanted_) policy_->onLaunchTimed(launches_told_, start, end);
+  ++launches_told_;
   servePlan();
   t_compute_ = end;
   for (BufferId b : ws) bufs_[b].last_use_end = end;

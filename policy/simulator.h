@@ -142,6 +142,9 @@ class Simulator {
   std::int64_t t_h2d_ = 0;
   std::int64_t t_d2h_ = 0;
   std::int64_t waited_until_ = 0;  // the current op's waits reported up to here (onWaited)
+  // Launches told to the policy so far: the next one's number for onLaunchTimed.
+  std::uint64_t launches_told_ = 0;
+  bool times_wanted_ = false;  // policy_->wantsLaunchTimes()
   SimResult r_;
 };
 

@@ -348,6 +348,54 @@ TEST(Simulator, ALaunchNamesEachBufferOnce) {
   EXPECT_EQ(learned.buffersAt(1).size(), 3u);
 }
 
+// Records when each launch started, as the simulator told it.
+class StartSpy : public DeltaPolicy {
+ public:
+  using DeltaPolicy::DeltaPolicy;
+  void onLaunch(const Launch& launch) override {
+    starts.push_back(launch.now_ns);
+    DeltaPolicy::onLaunch(launch);
+  }
+  std::vector<std::int64_t> starts;
+};
+
+TEST(Simulator, DeltaLearnsTheIterationAsTheRunTimedItThroughTheShimsCode) {
+  // The shim times what delta learns by the device's reports (onLaunchTimed); the replay
+  // reports each launch's run as the device would, so that the policy it replays is the one the
+  // shim runs. Timed as run: each launch where it started, after its waits, in the last
+  // iteration reported whole (the one before the last: the last has no boundary after it).
+  bool waited = false;
+  for (int layers : {4, 9}) {
+    for (double share : {0.35, 0.6, 1.0}) {
+      for (double gbps : {2.0, 12.0}) {
+        SCOPED_TRACE(::testing::Message() << layers << " layers, " << share << " of peak, " << gbps << " GB/s");
+        const Workload w = trainingWorkload(layers, 64 * kMiB, 1'000'000 + 137'000 * layers);
+        SimOptions o;
+        o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+        o.h2d_gbps = o.d2h_gbps = gbps;
+        o.iterations = 4;
+        const PolicyConfig config = policyConfigFor(w, o);
+        ASSERT_TRUE(config.timed_launches);
+        StartSpy delta(config, DirectorMode::kMixed);
+        Simulator(w, o).run(delta);
+        const UseSchedule& learned = delta.pattern().schedule();
+        const std::size_t len = w.ops.size();
+        ASSERT_TRUE(learned.ready());
+        ASSERT_EQ(learned.length(), len);
+        ASSERT_EQ(delta.starts.size(), 4 * len);
+        EXPECT_GE(delta.pattern().deviceTimed(), 1u);
+        const std::int64_t origin = delta.starts[2 * len];
+        for (std::size_t pos = 0; pos < len; ++pos)
+          EXPECT_EQ(learned.offsetNs(static_cast<std::uint32_t>(pos)), delta.starts[2 * len + pos] - origin) << pos;
+        // Through the end of its last launch.
+        EXPECT_EQ(learned.durationNs(), delta.starts[3 * len - 1] + w.ops.back().compute_ns - origin);
+        waited = waited || learned.durationNs() > w.computeNs();
+      }
+    }
+  }
+  EXPECT_TRUE(waited);  // some rows waited: timed by compute alone, they would not match
+}
+
 TEST(Workload, ValidateFindsAnUnregisterOfWhatIsNotAllocated) {
   WorkloadBuilder wb;
   const BufferId a = wb.op("make", 1, {}, {8})[0];
