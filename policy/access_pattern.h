@@ -17,7 +17,8 @@
 // the policy acts the same way. The host runs ahead of the device and blocks only now and
 // then; its intervals say little of how long the device takes to reach a launch, which is what
 // predictions of next use, of room to make ahead and the planner's op times are about. The
-// planner takes the waits the policy was told of (onWaited) out of the op times itself. Cost: O(1) per report, O(launches) once per iteration timed.
+// planner takes the waits the policy was told of (onWaited) out of the op times itself.
+// Cost: O(1) per report, O(launches) once per iteration timed.
 #pragma once
 
 #include <cstdint>
