@@ -15,8 +15,10 @@ AccessPattern::AccessPattern(std::uint32_t max_buffers, std::uint32_t max_launch
     for (DeviceTimes& ends : device_times_) {
       ends.start.resize(max_launches, kNotReported);
       ends.end.resize(max_launches, kNotReported);
+      ends.gap_is_waits.resize(max_launches, 1);
     }
     offsets_.resize(static_cast<std::size_t>(max_launches) + 1);
+    device_waits_.resize(max_launches);
   }
 }
 
@@ -49,6 +51,7 @@ void AccessPattern::boundary(std::int64_t now_ns) {
       recording_->finish(now_ns - iteration_start_ns_);
       if (recording_->ready()) {
         std::swap(learned_, recording_);
+        device_waits_valid_ = false;  // until the device has timed this one
         learned_hash_ = recording_hash_;
         ++generation_;
         learned = true;
@@ -123,10 +126,12 @@ void AccessPattern::startDeviceTimes(bool close, bool learned) {
     open_times_ ^= 1;
     open = &device_times_[open_times_];
   }
-  *open = DeviceTimes{std::move(open->start), std::move(open->end), launches_, 0, 0, false, false, false};
+  *open = DeviceTimes{std::move(open->start), std::move(open->end), std::move(open->gap_is_waits), launches_, 0, 0,
+                      false, false, false};
 }
 
-bool AccessPattern::onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns) {
+bool AccessPattern::onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns,
+                                  bool gap_is_waits) {
   if (!timed_) return false;
   const std::uint32_t before = device_timed_;
   for (std::uint32_t k = 0; k < 2; ++k) {
@@ -136,6 +141,7 @@ bool AccessPattern::onLaunchTimed(std::uint64_t launch, std::int64_t device_star
     if (ends.end[pos] == kNotReported) {
       ends.start[pos] = std::min(device_start_ns, device_end_ns);
       ends.end[pos] = device_end_ns;
+      ends.gap_is_waits[pos] = gap_is_waits ? 1 : 0;
       ++ends.reported;
     }
     // The device reached a later iteration: what is missing of the earlier one is not coming
@@ -180,6 +186,7 @@ bool AccessPattern::applyDeviceTimes(DeviceTimes& ends) {
   for (std::uint32_t p = 0; p < ends.length;) {
     if (ends.end[p] != kNotReported) {
       const std::int64_t waited = frontier == INT64_MIN ? 0 : std::max<std::int64_t>(0, ends.start[p] - frontier);
+      device_waits_[p] = ends.gap_is_waits[p] ? waited : kWaitsUnknown;
       offsets_[p] = offset + waited;
       offset = offsets_[p] + std::max<std::int64_t>(0, ends.end[p] - std::max(ends.start[p], frontier));
       frontier = std::max(frontier, ends.end[p]);
@@ -196,6 +203,7 @@ bool AccessPattern::applyDeviceTimes(DeviceTimes& ends) {
     // nothing was learned for them.
     const std::uint32_t missing = after - first;
     for (; p < after; ++p) {
+      device_waits_[p] = kWaitsUnknown;  // what the run waited is in its shares, not told apart
       const double before = learned_ns > 0 ? static_cast<double>(learned.offsetNs(p) - learned.offsetNs(first)) /
                                                  static_cast<double>(learned_ns)
                                            : static_cast<double>(p - first) / missing;
@@ -206,7 +214,12 @@ bool AccessPattern::applyDeviceTimes(DeviceTimes& ends) {
     if (bounded) frontier = std::max(frontier, ends.start[after]);
   }
   offsets_[ends.length] = offset;
-  if (!learned_->retime(std::span<const std::int64_t>(offsets_.data(), ends.length + 1))) return false;
+  if (!learned_->retime(std::span<const std::int64_t>(offsets_.data(), ends.length + 1))) {
+    device_waits_valid_ = false;
+    return false;
+  }
+  device_waits_valid_ = true;
+  device_timed_in_full_ = ends.reported == ends.length;
   ++device_timed_;
   return true;
 }

@@ -17,7 +17,8 @@
 // the policy acts the same way. The host runs ahead of the device and blocks only now and
 // then; its intervals say little of how long the device takes to reach a launch, which is what
 // predictions of next use, of room to make ahead and the planner's op times are about. The
-// planner takes the waits the policy was told of (onWaited) out of the op times itself.
+// planner takes the waits out of the op times itself: those the device times show
+// (deviceWaits), else those the policy was told of (onWaited).
 // Cost: O(1) per report, O(launches) once per iteration timed.
 #pragma once
 
@@ -56,16 +57,35 @@ class AccessPattern {
   void relearnNext() { relearn_next_ = true; }
   // The learned iteration, timed as `offsets_ns` (UseSchedule::retime): what its launches are
   // expected to take from now on, when the caller knows better than the last iteration did.
-  bool retimeLearned(std::span<const std::int64_t> offsets_ns) { return learned_->retime(offsets_ns); }
+  bool retimeLearned(std::span<const std::int64_t> offsets_ns) {
+    device_waits_valid_ = false;  // times of another run than the device's
+    return learned_->retime(offsets_ns);
+  }
   // The `launch`-th onLaunch (from 0) ran on the device from `device_start_ns` (after what it
   // waited for) to `device_end_ns`. True when this report completed an iteration whose times
   // then replaced the learned iteration's (every prediction changed): an iteration is complete
   // when all its launches are reported, or when a launch of a later one is (those missing share
   // the device's time around them: applyDeviceTimes). Reports for iterations older than the
   // last complete one are ignored.
-  bool onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns);
+  // `gap_is_waits`: Policy::onLaunchTimed.
+  bool onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns,
+                     bool gap_is_waits = true);
   // Iterations whose device times replaced the learned iteration's.
   std::uint32_t deviceTimed() const { return device_timed_; }
+  // The last device times applied had a report for every launch: none of the learned times is
+  // a share of a gap or a host interval (launches that ran before the caller marked any).
+  bool deviceTimedInFull() const { return device_timed_in_full_; }
+  // While the learned iteration is timed by the device: how long the device stood before each
+  // launch of it, from the end of every launch before it (waits for restores, recomputes,
+  // copies out, and a host that fell behind); kWaitsUnknown for a launch with no report or
+  // after work the policy was not told of. Empty otherwise. The planner takes these out of the
+  // op times: what is left is what each launch ran.
+  std::span<const std::int64_t> deviceWaits() const {
+    return device_waits_valid_ ? std::span<const std::int64_t>(device_waits_.data(), learned_->length())
+                               : std::span<const std::int64_t>();
+  }
+
+  static constexpr std::int64_t kWaitsUnknown = -1;
 
  private:
   static constexpr std::uint32_t kMinPeriod = 8;
@@ -76,6 +96,7 @@ class AccessPattern {
   struct DeviceTimes {
     std::vector<std::int64_t> start;  // by position: when it began to run, once reported
     std::vector<std::int64_t> end;    // by position: when it ended, or kNotReported
+    std::vector<std::uint8_t> gap_is_waits;  // by position, once reported
     std::uint64_t first = 0;          // the onLaunch index of position 0
     std::uint32_t length = 0;         // launches so far (at its boundary: all of them)
     std::uint32_t reported = 0;
@@ -117,6 +138,9 @@ class AccessPattern {
   std::uint64_t launches_ = 0;   // onLaunch calls so far
   std::uint32_t device_timed_ = 0;
   std::vector<std::int64_t> offsets_;  // scratch for applyDeviceTimes: max_launches + 1
+  std::vector<std::int64_t> device_waits_;  // deviceWaits(): max_launches
+  bool device_waits_valid_ = false;
+  bool device_timed_in_full_ = false;
 };
 
 }  // namespace delta::policy

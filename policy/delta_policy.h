@@ -42,7 +42,8 @@ class DeltaPolicy : public Policy {
   void onWaited(BufferId id, std::int64_t waited_ns) override;
   // The learned iteration is timed by the device once an iteration's launches are reported
   // (AccessPattern::onLaunchTimed); every rank changes then (once per iteration timed).
-  void onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns) override;
+  void onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns,
+                     bool gap_is_waits = true) override;
   bool wantsLaunchTimes() const override { return config_.timed_launches; }
   std::size_t choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out) override;
   std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& need_at_ns) const override;
@@ -109,6 +110,8 @@ class DeltaPolicy : public Policy {
   void requestPlan();
   // requestPlan, or later when a request is out or a plan waits to be adopted.
   void askForPlan();
+  // What each launch of the learned iteration waited before it ran, for the planner.
+  void plannedWaits(std::vector<std::int64_t>& out) const;
   // At an iteration boundary (a no-op otherwise): adopts a delivered plan, or requests one deferred while the
   // last request was out.
   void atBoundary();
@@ -144,6 +147,7 @@ class DeltaPolicy : public Policy {
   std::uint32_t device_timed_ = 0;  // pattern_.deviceTimed() when last re-ranked
   std::uint32_t timed_generation_ = 0;  // the last learned iteration the device has timed
   bool plan_after_timing_ = false;      // a plan waits for the learned iteration's device times
+  std::uint32_t timings_of_generation_ = 0;  // device timings of the learned iteration so far
   // For the planner: each id's size and hook cost as it was when freed (the learned iteration
   // refers to buffers long gone), and what each launch of the iteration waited.
   std::vector<PlannedBuffer> planned_;

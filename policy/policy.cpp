@@ -101,7 +101,7 @@ void Policy::onCopyMeasured(Direction dir, std::uint64_t bytes, std::int64_t ns)
 
 void Policy::onWaited(BufferId, std::int64_t) {}
 
-void Policy::onLaunchTimed(std::uint64_t, std::int64_t, std::int64_t) {}
+void Policy::onLaunchTimed(std::uint64_t, std::int64_t, std::int64_t, bool) {}
 
 void Policy::deliverPlan(Plan&&) {}
 

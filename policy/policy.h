@@ -90,8 +90,11 @@ class Policy {
   // what it waited for was there) to `device_end_ns` (any origin, the same for every call).
   // Reported once the device has run it, so usually several launches later, in any order
   // across streams, and not for every launch. The replay has no need of it: its launch times
-  // are its device's. Default: ignored.
-  virtual void onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns);
+  // are its device's. `gap_is_waits`: false when work the policy was not told of (launches
+  // that touch none of its buffers) may have run on the device since the launch before, so
+  // that the time before `device_start_ns` is not all waiting. Default: ignored.
+  virtual void onLaunchTimed(std::uint64_t launch, std::int64_t device_start_ns, std::int64_t device_end_ns,
+                             bool gap_is_waits = true);
   // Whether onLaunchTimed is of any use to this policy: a caller that must pay to measure the
   // device's times asks first.
   virtual bool wantsLaunchTimes() const { return false; }

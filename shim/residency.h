@@ -779,11 +779,17 @@ class Residency {
     // once its record is in the stream (| kRecordFailed when it could not be recorded); the
     // mark's sequence once read as passed.
     uint64_t launch[kMarkSlots] = {};
+    // Per slot: no work the policy is not told of was enqueued since the last marked launch,
+    // so that the device's time before this one's start was all waiting (onLaunchTimed).
+    bool gapIsWaits[kMarkSlots] = {};
     std::atomic<uint64_t> recorded[kMarkSlots] = {};
     uint64_t passed[kMarkSlots] = {};
   };
   std::vector<std::unique_ptr<LaunchMarks>> launchMarks_;
   const bool timedMarks_;
+  // Work was enqueued that the policy is not told of (it touches no managed buffer) since the
+  // last marked launch: on the device it runs in the time before the next one starts.
+  bool unseenSinceMark_ = false;
   uint64_t policyLaunches_ = 0;  // onLaunch calls so far: the index of the next
   // Work that cannot be analysed needs every buffer resident, so when all of them exceed the
   // budget it runs over it whatever was evicted before. Memory evicted between two such

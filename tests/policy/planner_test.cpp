@@ -543,10 +543,11 @@ TEST(DeltaPlanning, WithDeviceTimesTheRequestWaitsForThemAndCarriesThem) {
     ASSERT_TRUE(policy.pattern().schedule().ready());
     const std::uint32_t launches = policy.pattern().schedule().length();
     EXPECT_FALSE(policy.wantsPlan()) << "asked for a plan before the device's times";
-    // The device ran each launch in op_ns, after a wait of as long again.
+    // The device ran each launch in op_ns, after a wait of as long again; every fifth after
+    // work the policy was not told of (the gap is not all waiting).
     for (std::uint32_t k = 0; k < launches; ++k) {
       const std::int64_t end = 2 * static_cast<std::int64_t>(k + 1) * op_ns;
-      policy.onLaunchTimed(k, end - op_ns, end);
+      policy.onLaunchTimed(k, end - op_ns, end, k % 5 != 4);
     }
     ASSERT_TRUE(policy.wantsPlan());
     const PlanRequest* request = policy.takePlanRequest();
@@ -555,6 +556,78 @@ TEST(DeltaPlanning, WithDeviceTimesTheRequestWaitsForThemAndCarriesThem) {
     // Each where it started on the device (the waits too), through the end of the last.
     for (std::uint32_t k = 0; k < launches; ++k) EXPECT_EQ(request->schedule.offsetNs(k), 2 * k * op_ns);
     EXPECT_EQ(request->schedule.durationNs(), (2 * launches - 1) * op_ns);
+    // The waits are the device's, though the policy was told of none of them (a host that fell
+    // behind, a copy out waited for): the planner's ops run what the device ran, op_ns each.
+    // After unseen work, the waits the policy was told of, as a policy without device times
+    // (the same run) has them.
+    PolicyConfig untimed = config;
+    untimed.timed_launches = false;
+    DeltaPolicy told(untimed, DirectorMode::kMixed);
+    Simulator(w, o).run(told);
+    told.onIteration(first.total_ns);
+    const PlanRequest* told_request = told.takePlanRequest();
+    ASSERT_NE(told_request, nullptr);
+    ASSERT_GE(request->waited_ns.size(), launches);
+    ASSERT_GE(told_request->waited_ns.size(), launches);
+    for (std::uint32_t k = 0; k < launches; ++k) {
+      EXPECT_EQ(request->waited_ns[k], k % 5 == 4 ? told_request->waited_ns[k] : k == 0 ? 0 : op_ns) << k;
+    }
+    const Workload planned = Planner::workloadFrom(request->schedule, request->buffers, request->waited_ns);
+    ASSERT_EQ(planned.ops.size(), launches);
+    for (std::uint32_t k = 0; k + 1 < launches; ++k) {
+      if ((k + 1) % 5 != 4) {
+        EXPECT_EQ(planned.ops[k].compute_ns, op_ns) << k;
+      }
+    }
+  }
+}
+
+TEST(DeltaPlanning, APlanWaitsForTimesReportedInFullOrASecondTiming) {
+  // Launches that ran before any was marked (memory not short yet) keep the host's intervals,
+  // which in a program's first iteration hold its setup: the request waits for an iteration the
+  // device timed in full, or for the second timing if none comes whole (marks the host outran).
+  const Workload w = trainingWorkload(8, 64 * kMiB, 1'000'000);
+  for (std::uint32_t unmarked : {1u, 5u}) {
+    for (bool second_whole : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << unmarked << " unmarked, second " << (second_whole ? "whole" : "partial"));
+      SimOptions o;
+      o.budget_bytes = w.peakBytes() / 2;
+      o.iterations = 2;
+      o.warmup = 0;
+      PolicyConfig config = configFor(w, o.budget_bytes, 12.0);
+      config.plan_elsewhere = true;
+      config.timed_launches = true;
+      TimedLater policy(config, DirectorMode::kMixed);
+      // Two iterations run (the first learned at the second's start), the device behind.
+      const SimResult run = Simulator(w, o).run(policy);
+      const std::uint32_t n = policy.pattern().schedule().length();
+      ASSERT_EQ(n, w.ops.size());
+      auto report = [&](std::uint64_t launch) {
+        const auto end = static_cast<std::int64_t>(launch + 1) * 1'000'000;
+        policy.onLaunchTimed(launch, end - 1'000'000, end);
+      };
+      // The first iteration, less its first launches; a launch of the second completes it.
+      for (std::uint64_t k = unmarked; k < n; ++k) report(k);
+      EXPECT_EQ(policy.pattern().deviceTimed(), 0u);
+      report(n + (second_whole ? 0 : 1));
+      ASSERT_EQ(policy.pattern().deviceTimed(), 1u);
+      EXPECT_FALSE(policy.pattern().deviceTimedInFull());
+      EXPECT_FALSE(policy.wantsPlan()) << "planned on the host's intervals of unmarked launches";
+      // The second iteration (the learned one repeated), whole or but for one launch, and its
+      // end; without one of its reports, a launch of a third iteration ends the wait for them.
+      for (std::uint64_t k = n + 1; k < 2 * n; ++k) report(k);  // the second's first: above, or never
+      policy.onIteration(run.total_ns);
+      if (!second_whole) {
+        policy.onLaunch(Launch{run.total_ns + 1, 0, {}});
+        report(2 * n);
+      }
+      ASSERT_EQ(policy.pattern().deviceTimed(), 2u);
+      EXPECT_EQ(policy.pattern().deviceTimedInFull(), second_whole);
+      ASSERT_TRUE(policy.wantsPlan());
+      const PlanRequest* request = policy.takePlanRequest();
+      ASSERT_NE(request, nullptr);
+      EXPECT_EQ(request->schedule.durationNs(), static_cast<std::int64_t>(n) * 1'000'000);
+    }
   }
 }
 

@@ -565,7 +565,58 @@ TEST(AccessPattern, TheDeviceTimesTheLearnedIterationAsItRanWaitsIncluded) {
         EXPECT_EQ(run.pattern.schedule().durationNs(), duration);
         EXPECT_GT(duration, ran);
         EXPECT_EQ(run.pattern.schedule().nextUseNs(0, 1), duration - (start[length + 1] - origin));  // wraps
+        // What each launch waited, from the end of the one before (the first's: nothing).
+        const std::span<const std::int64_t> waits = run.pattern.deviceWaits();
+        ASSERT_EQ(waits.size(), length);
+        for (std::uint32_t pos = 0; pos < length; ++pos)
+          EXPECT_EQ(waits[pos], pos == 0 ? 0 : start[length + pos] - end[length + pos - 1]) << pos;
       }
+    }
+  }
+}
+
+TEST(AccessPattern, DeviceWaitsAreOnlyThoseOfTheDevicesTimesOfTheLearnedIteration) {
+  // Before the device has timed the learned iteration, after it is retimed by the caller (a
+  // plan's replay) and once another iteration is learned, there are none: they would be of
+  // other times than the schedule's.
+  for (std::uint32_t length : {8u, 24u}) {
+    for (std::int64_t wait : {0, 3'000}) {
+      SCOPED_TRACE(testing::Message() << length << " launches, wait " << wait);
+      DeviceRun run;
+      run.iteration(length);
+      run.iteration(length);
+      EXPECT_TRUE(run.pattern.deviceWaits().empty());  // learned, not timed
+      run.pattern.onIteration(run.host_ns);
+      EXPECT_TRUE(run.pattern.deviceWaits().empty());
+      // Launches length..2*length-1 (the repeat): 1 us each, every third after a wait; every
+      // fourth after work the policy was not told of, and that gap is not all waiting.
+      std::int64_t t = 0;
+      for (std::uint32_t p = 0; p < length; ++p) {
+        t += p % 3 == 2 ? wait : 0;
+        run.pattern.onLaunchTimed(length + p, t, t + 1000, p % 4 != 3);
+        t += 1000;
+      }
+      ASSERT_EQ(run.pattern.deviceTimed(), 1u);
+      ASSERT_EQ(run.pattern.deviceWaits().size(), length);
+      for (std::uint32_t p = 0; p < length; ++p)
+        EXPECT_EQ(run.pattern.deviceWaits()[p],
+                  p % 4 == 3 ? AccessPattern::kWaitsUnknown : p % 3 == 2 ? wait : 0) << p;
+      std::vector<std::int64_t> offsets(length + 1);
+      for (std::uint32_t p = 0; p <= length; ++p) offsets[p] = 2 * static_cast<std::int64_t>(p) * 1000;
+      ASSERT_TRUE(run.pattern.retimeLearned(offsets));
+      EXPECT_TRUE(run.pattern.deviceWaits().empty());
+      // Timed again by the device (the next repeat, launches 2 * length on): there again.
+      run.iteration(length);
+      run.pattern.onIteration(run.host_ns);
+      t = 100'000;
+      for (std::uint32_t p = 0; p < length; ++p, t += 1000) run.pattern.onLaunchTimed(2 * length + p, t, t + 1000);
+      ASSERT_EQ(run.pattern.deviceTimed(), 2u);
+      EXPECT_EQ(run.pattern.deviceWaits().size(), length);
+      // Other launches, learned: none until the device times them.
+      run.iteration(length, 32);
+      run.pattern.onIteration(run.host_ns);
+      ASSERT_EQ(run.pattern.schedule().buffersAt(0)[0], 32u);
+      EXPECT_TRUE(run.pattern.deviceWaits().empty());
     }
   }
 }

@@ -355,10 +355,13 @@ class TimedLru : public policy::LruPolicy {
  public:
   using LruPolicy::LruPolicy;
   bool wantsLaunchTimes() const override { return true; }
-  void onLaunchTimed(uint64_t launch, int64_t start, int64_t end) override { timed.push_back({launch, start, end}); }
+  void onLaunchTimed(uint64_t launch, int64_t start, int64_t end, bool gapIsWaits) override {
+    timed.push_back({launch, start, end, gapIsWaits});
+  }
   struct Timed {
     uint64_t launch;
     int64_t start, end;
+    bool gapIsWaits;
   };
   std::vector<Timed> timed;
 };
@@ -410,6 +413,54 @@ TEST(ResidencyMarks, OnceShortThePolicyLearnsWhenEachLaunchRanOnTheDeviceAndPass
     ASSERT_EQ(r.allocate(kBuffer, &sixth), CUDA_SUCCESS);
     EXPECT_EQ(r.stats().evictions + r.stats().cleanEvictions, 2u);
     EXPECT_EQ(fakeDriverLog().waited.size(), waitsBefore) << "the eviction waited for a mark that had passed";
+    fakeDriverLog().reset(false);
+  }
+}
+
+TEST(ResidencyMarks, ALaunchAfterWorkThePolicyIsNotToldOfIsReportedWithAGapThatIsNotAllWaiting) {
+  // Work on no managed buffer is not the policy's launch and has no mark, but it runs on the
+  // device before the next marked launch: the time before that one's start is partly its run,
+  // and the planner must not take it for waiting (the LSTM's small-buffer launches).
+  for (int every : {2, 3, 5}) {
+    SCOPED_TRACE(every);
+    auto owned = std::make_unique<TimedLru>(policy::PolicyConfig{});
+    TimedLru* policy = owned.get();
+    auto residency = residencyWith(std::move(owned), 4 * kBuffer);
+    Residency& r = *residency;
+    const std::vector<CUdeviceptr> b = allocate(r, 4);
+    fakeDriverLog().reset(true);
+    fakeDriverLog().eventTimeMs = [](CUevent event) {
+      const auto& recorded = fakeDriverLog().recorded;
+      for (size_t i = recorded.size(); i-- > 0;)
+        if (recorded[i].first == event) return static_cast<double>(i);
+      return -1.0;
+    };
+    // Unseen before it is short: nothing is marked yet, and that is not held against the first
+    // marked launch.
+    const CUdeviceptr unmanaged = 0x1000;
+    ASSERT_EQ(prepare(r, kStream, {unmanaged}), CUDA_SUCCESS);
+    r.releaseHeld();
+    CUdeviceptr fifth = 0;
+    ASSERT_EQ(r.allocate(kBuffer, &fifth), CUDA_SUCCESS);  // short from here on
+    const CUdeviceptr cycle[] = {b[1], b[2], b[3], fifth};
+    constexpr int kLaunches = 30;
+    for (int i = 0; i < kLaunches; ++i) {
+      if (i % every == every - 1) {
+        ASSERT_EQ(prepare(r, kStream, {unmanaged}), CUDA_SUCCESS);
+        r.releaseHeld();
+      }
+      ASSERT_EQ(prepare(r, kStream, {cycle[i % 4]}), CUDA_SUCCESS);
+      r.releaseHeld();
+    }
+    ASSERT_EQ(prepare(r, kStream, {cycle[0]}), CUDA_SUCCESS);  // reads the marks
+    r.releaseHeld();
+    ASSERT_GE(policy->timed.size(), static_cast<size_t>(kLaunches));
+    for (const auto& t : policy->timed) {
+      // The launches are the policy's 0, 1, ...: its own count, unseen work not in it.
+      const auto i = static_cast<int>(t.launch);
+      if (i >= kLaunches) continue;
+      EXPECT_EQ(t.gapIsWaits, i % every != every - 1) << i;
+    }
     fakeDriverLog().reset(false);
   }
 }
