@@ -1142,8 +1142,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
   // and after the host's own work for it here. Recorded before that work, a device that had
   // caught up with the host ran this event at once and then stood idle while the host told
   // the policy, prefetched and made room ahead: that idle time was taken for the launch's
-  // run, and the planner, which takes waits out of the op times but not runs, saw ResNet-32's
-  // launches (292 ms of kernels at 70 %, 12 GB/s) run 321 ms.
+  // run, which the planner replays as compute (it takes only waits out of the op times).
   if (mark != nullptr && timedMarks_) [[unlikely]] recordMarkStart(stream, markSequence);
   // Held from here until the work is in its stream: neither this thread's recompute callbacks
   // nor other threads may evict them meanwhile.
