@@ -218,8 +218,9 @@ void DeltaPolicy::plannedWaits(std::vector<std::int64_t>& out) const {
   // candidate was predicted 95 ms dearer than the replay predicts it, and the plan chosen ran
   // slower than none. Where the device's gap may hold work the policy never saw (launches on
   // small buffers: the LSTM's, taken for waits, had its plan predict 725 ms per iteration for
-  // 770 ms of kernels) or was not reported, the waits told. In the replay the two are the same (every
-  // wait is told, exactly). Fills storage reserved for the request: no allocation.
+  // 770 ms of kernels) or was not reported, the waits told. In the replay the two are the
+  // same (every wait is told, exactly). Fills storage reserved for the request: no
+  // allocation.
   const std::span<const std::int64_t> device = pattern_.deviceWaits();
   if (device.empty()) {
     out.assign(waited_at_.begin(), waited_at_.end());
