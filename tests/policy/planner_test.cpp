@@ -524,19 +524,31 @@ class TimedLater : public DeltaPolicy {
   bool wantsLaunchTimes() const override { return false; }
 };
 
+// Half the workload's peak, `iterations` replayed, none left out.
+SimOptions halfBudget(const Workload& w, std::uint32_t iterations) {
+  SimOptions o;
+  o.budget_bytes = w.peakBytes() / 2;
+  o.iterations = iterations;
+  o.warmup = 0;
+  return o;
+}
+
+// As the shim configures delta: plans made by the caller, launches timed by the device.
+PolicyConfig plannedElsewhereWithDeviceTimes(const Workload& w, const SimOptions& o) {
+  PolicyConfig config = configFor(w, o.budget_bytes, 12.0);
+  config.plan_elsewhere = true;
+  config.timed_launches = true;
+  return config;
+}
+
 TEST(DeltaPlanning, WithDeviceTimesTheRequestWaitsForThemAndCarriesThem) {
   // A caller that reports device times (the shim): the iteration learned is timed by the host
   // until its launches' device times come, and a plan made on the host's times plans another
   // workload. The request waits for them, and its ops take the times the device reported.
   for (std::int64_t op_ns : {200'000, 3'000'000}) {
     const Workload w = trainingWorkload(8, 64 * kMiB, 1'000'000);
-    SimOptions o;
-    o.budget_bytes = w.peakBytes() / 2;
-    o.iterations = 1;
-    o.warmup = 0;
-    PolicyConfig config = configFor(w, o.budget_bytes, 12.0);
-    config.plan_elsewhere = true;
-    config.timed_launches = true;
+    const SimOptions o = halfBudget(w, 1);
+    const PolicyConfig config = plannedElsewhereWithDeviceTimes(w, o);
     TimedLater policy(config, DirectorMode::kMixed);
     const SimResult first = Simulator(w, o).run(policy);
     policy.onIteration(first.total_ns);
@@ -590,14 +602,8 @@ TEST(DeltaPlanning, APlanWaitsForTimesReportedInFullOrASecondTiming) {
   for (std::uint32_t unmarked : {1u, 5u}) {
     for (bool second_whole : {true, false}) {
       SCOPED_TRACE(::testing::Message() << unmarked << " unmarked, second " << (second_whole ? "whole" : "partial"));
-      SimOptions o;
-      o.budget_bytes = w.peakBytes() / 2;
-      o.iterations = 2;
-      o.warmup = 0;
-      PolicyConfig config = configFor(w, o.budget_bytes, 12.0);
-      config.plan_elsewhere = true;
-      config.timed_launches = true;
-      TimedLater policy(config, DirectorMode::kMixed);
+      const SimOptions o = halfBudget(w, 2);
+      TimedLater policy(plannedElsewhereWithDeviceTimes(w, o), DirectorMode::kMixed);
       // Two iterations run (the first learned at the second's start), the device behind.
       const SimResult run = Simulator(w, o).run(policy);
       const std::uint32_t n = policy.pattern().schedule().length();

@@ -366,6 +366,16 @@ class TimedLru : public policy::LruPolicy {
   std::vector<Timed> timed;
 };
 
+// The fake device runs everything in the order recorded, 1 ms per record.
+void runInRecordOrder() {
+  fakeDriverLog().eventTimeMs = [](CUevent event) {
+    const auto& recorded = fakeDriverLog().recorded;
+    for (size_t i = recorded.size(); i-- > 0;)
+      if (recorded[i].first == event) return static_cast<double>(i);
+    return -1.0;
+  };
+}
+
 TEST(ResidencyMarks, OnceShortThePolicyLearnsWhenEachLaunchRanOnTheDeviceAndPassedMarksAreNotWaitedFor) {
   for (int launches : {3, 40, 1100}) {  // 1100: more than a ring of marks, read as they pass
     SCOPED_TRACE(launches);
@@ -375,14 +385,8 @@ TEST(ResidencyMarks, OnceShortThePolicyLearnsWhenEachLaunchRanOnTheDeviceAndPass
     Residency& r = *residency;
     const std::vector<CUdeviceptr> b = allocate(r, 4);
     fakeDriverLog().reset(true);
-    // The fake device runs everything in the order recorded, 1 ms per record: a launch's start
-    // and its mark are consecutive records.
-    fakeDriverLog().eventTimeMs = [](CUevent event) {
-      const auto& recorded = fakeDriverLog().recorded;
-      for (size_t i = recorded.size(); i-- > 0;)
-        if (recorded[i].first == event) return static_cast<double>(i);
-      return -1.0;
-    };
+    // A launch's start and its mark are consecutive records: 1 ms apart.
+    runInRecordOrder();
     CUdeviceptr fifth = 0;
     ASSERT_EQ(r.allocate(kBuffer, &fifth), CUDA_SUCCESS);  // short from here on
     const CUdeviceptr cycle[] = {b[1], b[2], b[3], fifth};
@@ -429,12 +433,7 @@ TEST(ResidencyMarks, ALaunchAfterWorkThePolicyIsNotToldOfIsReportedWithAGapThatI
     Residency& r = *residency;
     const std::vector<CUdeviceptr> b = allocate(r, 4);
     fakeDriverLog().reset(true);
-    fakeDriverLog().eventTimeMs = [](CUevent event) {
-      const auto& recorded = fakeDriverLog().recorded;
-      for (size_t i = recorded.size(); i-- > 0;)
-        if (recorded[i].first == event) return static_cast<double>(i);
-      return -1.0;
-    };
+    runInRecordOrder();
     // Unseen before it is short: nothing is marked yet, and that is not held against the first
     // marked launch.
     const CUdeviceptr unmanaged = 0x1000;
@@ -461,6 +460,49 @@ TEST(ResidencyMarks, ALaunchAfterWorkThePolicyIsNotToldOfIsReportedWithAGapThatI
       if (i >= kLaunches) continue;
       EXPECT_EQ(t.gapIsWaits, i % every != every - 1) << i;
     }
+    fakeDriverLog().reset(false);
+  }
+}
+
+TEST(ResidencyMarks, ALaunchIsTimedFromAfterTheRoomItsHostMadeAhead) {
+  // The start event follows the host's own work for the launch (room made ahead here, whose
+  // evictions record events and enqueue copies): recorded before it, a device that had caught
+  // up would count the host's time there as the launch's run, which the planner replays as
+  // compute.
+  class AheadLru : public TimedLru {
+   public:
+    using TimedLru::TimedLru;
+    std::uint64_t upcomingBytes(std::int64_t now_ns, std::int64_t& need_at_ns) const override {
+      need_at_ns = now_ns + 1'000'000'000;
+      return need;
+    }
+    std::uint64_t need = 0;
+  };
+  for (int ahead : {1, 2}) {
+    SCOPED_TRACE(ahead);
+    auto owned = std::make_unique<AheadLru>(policy::PolicyConfig{});
+    AheadLru* policy = owned.get();
+    auto residency = residencyWith(std::move(owned), 8 * kBuffer);
+    Residency& r = *residency;
+    const std::vector<CUdeviceptr> b = allocate(r, 8);
+    fakeDriverLog().reset(true);
+    runInRecordOrder();
+    CUdeviceptr ninth = 0;
+    ASSERT_EQ(r.allocate(kBuffer, &ninth), CUDA_SUCCESS);  // short from here on
+    for (int i = 1; i < 8; ++i) {  // marked uses, passed: the device keeps up
+      ASSERT_EQ(prepare(r, kStream, {b[i]}), CUDA_SUCCESS);
+      r.releaseHeld();
+    }
+    const uint64_t before = r.stats().evictionsAhead;
+    policy->need = static_cast<uint64_t>(ahead) * kBuffer;
+    ASSERT_EQ(prepare(r, kStream, {ninth}), CUDA_SUCCESS);
+    r.releaseHeld();
+    policy->need = 0;
+    ASSERT_GT(r.stats().evictionsAhead, before) << "no room made ahead: nothing to time around";
+    ASSERT_EQ(prepare(r, kStream, {b[7]}), CUDA_SUCCESS);  // reads the marks
+    r.releaseHeld();
+    ASSERT_FALSE(policy->timed.empty());
+    for (const auto& t : policy->timed) EXPECT_EQ(t.end - t.start, 1'000'000) << t.launch;
     fakeDriverLog().reset(false);
   }
 }
