@@ -426,6 +426,11 @@ Policy::Rating DeltaPolicy::rate(BufferId id, const BufferState& state, const Ev
         request.urgent ? next.ns : next.ns - costs_.transferNs(Direction::kHostToDevice, state.bytes);
     if (back_by <= request.not_before_ns) return {};
   }
+  // Ahead of need, never a buffer the program frees before the memory is needed: the need
+  // (upcomingBytes) is net of that free already, so evicting it makes no room that would not
+  // be there anyway, and its copy out, cancelled by the free, only holds the link that later
+  // copies need.
+  if (!request.urgent && !next.reused && next.ns != kUnknownNs && next.ns <= request.not_before_ns) return {};
   const std::uint32_t cls =
       swapClass(request.urgent, next.ns, costs_.transferNs(Direction::kHostToDevice, state.bytes));
   Director::Decision d = director_.decide(state, next, request, costs_, owed_ns_ + tentative_ns_, recentLoadNs(request.now_ns), periodNs(),

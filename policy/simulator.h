@@ -116,6 +116,8 @@ class Simulator {
   void unhold(BufferId id, std::int64_t now);
   void invalidateDependents(BufferId id, std::int64_t now);
   void retire(std::int64_t now);
+  // False once the copy out was cancelled: its buffer came back into use, or was freed.
+  bool underWay(const PendingOut& out) const;
   // Tells the policy the current op waited for `id` until `until`, beyond the waits reported.
   void reportWait(BufferId id, std::int64_t until);
   // Runs the plan the policy asks for, if any (SimOptions::plan_elsewhere).

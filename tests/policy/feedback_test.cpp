@@ -116,6 +116,77 @@ INSTANTIATE_TEST_SUITE_P(
                       WaitCase{"dtr_chain", "dtr", 1, 0.6, 12.0}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// An lru that also makes room ahead once: after the second launch it asks for one buffer's
+// worth (the first buffer, the staler, goes), and it keeps what each wait was blamed on.
+class AheadOnceLru : public LruPolicy {
+ public:
+  AheadOnceLru(const PolicyConfig& config, std::uint64_t ahead_bytes) : LruPolicy(config), ahead_bytes_(ahead_bytes) {
+    waited_by_.assign(config.max_buffers, 0);
+  }
+  void onLaunch(const Launch& launch) override {
+    LruPolicy::onLaunch(launch);
+    ++launches_;
+  }
+  void onWaited(BufferId id, std::int64_t waited_ns) override {
+    LruPolicy::onWaited(id, waited_ns);
+    waited_by_.at(id) += waited_ns;
+  }
+  std::uint64_t upcomingBytes(std::int64_t, std::int64_t& need_at_ns) const override {
+    need_at_ns = 0;
+    return launches_ == 2 ? ahead_bytes_ : 0;
+  }
+  std::vector<std::int64_t> waited_by_;
+
+ private:
+  std::uint64_t ahead_bytes_;
+  int launches_ = 0;
+};
+
+// A copy out started ahead and cancelled (its buffer used again, or freed, before the copy
+// ended) frees no memory: a later launch that waits for room waits for the copy behind it,
+// and the wait is that buffer's. Blamed on the cancelled one, the wait priced its next action:
+// a recompute, later, looked several times its cost (the Transformer, docs/shim.md).
+TEST(ReportedWaits, ACancelledCopyOutIsNotBlamedForTheMemoryWaitedFor) {
+  for (const std::uint64_t mib : {32, 64, 96}) {
+    for (const bool freed : {false, true}) {
+      const std::uint64_t bytes = mib * kMiB;
+      WorkloadBuilder b;
+      const BufferId a = b.op("make_a", kMs, {}, {bytes}, {}, false)[0];
+      const BufferId c = b.op("make_b", kMs, {}, {bytes}, {}, false)[0];  // a's copy out starts
+      std::vector<BufferId> last;
+      if (freed) {
+        b.op("other", kMs, {c});
+        b.free(a);  // while its copy is under way
+        last = b.op("make_two", kMs, {}, {bytes, bytes}, {}, false);
+      } else {
+        b.op("use_a", kMs, {a});  // cancels the copy
+        last = b.op("make_one", kMs, {}, {bytes}, {}, false);
+        b.free(a);
+      }
+      b.free(c);
+      for (BufferId id : last) b.free(id);
+      const Workload w = b.take();
+      ASSERT_EQ(w.validate(), "");
+      SimOptions o;
+      o.budget_bytes = 2 * bytes;
+      o.h2d_gbps = o.d2h_gbps = 1.0;  // a byte a nanosecond: the copies take far longer than the ops
+      o.iterations = 1;
+      o.warmup = 0;
+      AheadOnceLru p(configFor(w, 1.0), bytes);
+      const SimResult r = Simulator(w, o).run(p);
+      EXPECT_EQ(r.over_budget_ops, 0u);
+      EXPECT_EQ(r.used_while_evicted, 0u);
+      EXPECT_EQ(r.swaps, 2u) << "a ahead, then b for the last allocation";
+      std::int64_t waited = 0;
+      for (std::int64_t ns : p.waited_by_) waited += ns;
+      EXPECT_EQ(waited, r.total_ns - r.compute_ns) << mib << " " << freed;
+      EXPECT_EQ(p.waited_by_[a], 0) << mib << " " << freed;
+      // b's copy queued behind a's: the memory waited for both, and b is what freed it.
+      EXPECT_GE(p.waited_by_[c], static_cast<std::int64_t>(bytes)) << mib << " " << freed;
+    }
+  }
+}
+
 // --- What delta learns from outcomes. ---
 
 struct OutcomeCase {
