@@ -61,7 +61,8 @@ std::size_t Prefetcher::choose(const UseSchedule& schedule, std::uint32_t positi
 
 std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32_t position,
                                         const BufferTable& table, const CostModel& costs,
-                                        std::int64_t& need_at_ns, Window window, std::int64_t* window_ns) {
+                                        std::int64_t& need_at_ns, Window window, std::int64_t* window_ns,
+                                        bool short_window) {
   // Net bytes: a running sum over the window of the allocations and restores at each launch,
   // less what the launches before it free; the answer is its peak (never negative). Frees
   // after launch q make room for the launches after q only. A buffer's restore is counted once,
@@ -104,6 +105,10 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
   // 30 %/12 GB/s: room ahead never made). Scanning on costs more launches a call: 200-340 on
   // average on the shared traces as played, against 29-155.
   walk(schedule, position, kMaxScan, [&](std::uint32_t q, std::int64_t due) {
+    if (short_window && q != position &&
+        due > costs.transferNs(Direction::kDeviceToHost, window == Window::kGross ? gross : peak) + restore_ns) {
+      return false;
+    }
     std::uint64_t q_gross = schedule.allocBytesAt(q);
     std::int64_t q_net = static_cast<std::int64_t>(q_gross);
     std::int64_t q_restore_ns = 0;

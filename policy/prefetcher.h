@@ -36,11 +36,14 @@ class Prefetcher {
   // last launch that comes sooner than copying out the bytes `window` names (through that
   // launch) plus restoring the swapped ones would take. `need_at_ns`: how far ahead that peak
   // comes, the first launch that reaches it (when the memory is needed); `window_ns`
-  // (optional): how far ahead the window reaches.
+  // (optional): how far ahead the window reaches. `short_window`: each launch is tested on the
+  // bytes counted before it, without its own, and the first that fails ends the window (what
+  // the window was until it learned to reach allocations behind launches that need nothing;
+  // shorter: the oracle's rules try both, docs/policy.md).
   static std::uint64_t upcomingBytes(const UseSchedule& schedule, std::uint32_t position,
                                      const BufferTable& table, const CostModel& costs,
                                      std::int64_t& need_at_ns, Window window = Window::kGross,
-                                     std::int64_t* window_ns = nullptr);
+                                     std::int64_t* window_ns = nullptr, bool short_window = false);
 
  private:
   static constexpr std::uint32_t kMaxScan = 512;

@@ -273,6 +273,53 @@ TEST(Upcoming, AnAllocationCloserThanItsCopyOutIsSeenBehindLaunchesThatAllocateN
   }
 }
 
+// The short window (the oracle's other choice): each launch tested on the bytes before it, the
+// first that fails ends it. Where every launch allocates, it is the window above (the schedule
+// of TheNetWindowIsShorter: 7 and 3 launches ahead); behind launches that need nothing, it ends
+// at the first of them and sees no allocation after (the need above: 4 MiB; here none).
+TEST(Upcoming, TheShortWindowEndsAtTheFirstLaunchItDoesNotReach) {
+  constexpr std::int64_t kGap = kMs / 10;
+  const CostModel link(12.0, 12.0);
+  {
+    UseSchedule schedule;
+    schedule.reserve(16, 16, 64);
+    for (BufferId id = 0; id < 8; ++id) {
+      const BufferId uses[] = {id};
+      schedule.addLaunch(static_cast<std::int64_t>(id) * kGap, k4, uses);
+      schedule.addFree(id, k4);
+    }
+    schedule.finish(8 * kGap);
+    BufferTable table(16);
+    for (auto [window, reach] : {std::pair{Prefetcher::Window::kGross, 7 * kGap}, std::pair{Prefetcher::Window::kNet, 3 * kGap}}) {
+      std::int64_t need_at = 1, long_end = 0, short_end = 0;
+      EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, need_at, window, &long_end), k4);
+      EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, need_at, window, &short_end, true), k4);
+      EXPECT_EQ(short_end, long_end);
+      EXPECT_EQ(short_end, reach);
+    }
+  }
+  for (Prefetcher::Window window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet}) {
+    for (std::uint32_t idle = 1; idle <= 3; ++idle) {
+      UseSchedule schedule;
+      schedule.reserve(16, 16, 64);
+      for (std::uint32_t q = 0; q < idle; ++q) {
+        const BufferId uses[] = {8};
+        schedule.addLaunch(static_cast<std::int64_t>(q) * kGap, 0, uses);
+      }
+      const BufferId uses[] = {0};
+      schedule.addLaunch(static_cast<std::int64_t>(idle) * kGap, k4, uses);
+      schedule.addFree(0, k4);
+      schedule.finish(static_cast<std::int64_t>(idle + 1) * kGap);
+      BufferTable table(16);
+      table.allocate(8, kMiB, 0);
+      std::int64_t need_at = -1, end = -1;
+      EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, need_at, window, &end, true), 0u) << idle;
+      EXPECT_EQ(end, 0) << idle;
+      EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, need_at, window, &end), k4) << idle;
+    }
+  }
+}
+
 // Past launches that need nothing, an allocation counts only if it is in the window itself: 4 MiB
 // now (0.35 ms to copy out at 12 GB/s) and another 4 MiB `later` launches ahead, launches every
 // 0.1 ms between that need nothing. At 0.6 ms both take 0.7 ms to copy out, so the second is in
