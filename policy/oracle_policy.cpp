@@ -58,7 +58,6 @@ std::vector<OracleRule> oracleRules() {
               r.protect_window = false;
               rules.push_back(r);
             }
-
           }
         }
       }
