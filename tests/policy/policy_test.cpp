@@ -212,6 +212,35 @@ TEST_P(Upcoming, CountsNetBytes) {
 
 constexpr std::uint64_t k4 = 4 * kMiB;
 
+// Launches `gap` apart, each allocating 4 MiB (buffer q) that is freed after it.
+UseSchedule fourMiBAtEachOf(BufferId launches, std::int64_t gap) {
+  UseSchedule schedule;
+  schedule.reserve(16, 16, 64);
+  for (BufferId id = 0; id < launches; ++id) {
+    const BufferId uses[] = {id};
+    schedule.addLaunch(static_cast<std::int64_t>(id) * gap, k4, uses);
+    schedule.addFree(id, k4);
+  }
+  schedule.finish(static_cast<std::int64_t>(launches) * gap);
+  return schedule;
+}
+
+// `idle` launches `gap` apart that allocate nothing (they use buffer 8, resident), then one that
+// allocates 4 MiB (buffer 0, freed after it).
+UseSchedule idleThenFourMiB(std::uint32_t idle, std::int64_t gap) {
+  UseSchedule schedule;
+  schedule.reserve(16, 16, 64);
+  for (std::uint32_t q = 0; q < idle; ++q) {
+    const BufferId uses[] = {8};
+    schedule.addLaunch(static_cast<std::int64_t>(q) * gap, 0, uses);
+  }
+  const BufferId uses[] = {0};
+  schedule.addLaunch(static_cast<std::int64_t>(idle) * gap, k4, uses);
+  schedule.addFree(0, k4);
+  schedule.finish(static_cast<std::int64_t>(idle + 1) * gap);
+  return schedule;
+}
+
 // The window's length: set by the gross bytes (each allocation, a restore at every use of a
 // swapped buffer) or by the net count. Launches 0.1 ms apart, 4 MiB allocated and freed at
 // each: the net count never passes 4 MiB (0.35 ms to copy out at 12 GB/s), so its window ends
@@ -219,14 +248,7 @@ constexpr std::uint64_t k4 = 4 * kMiB;
 // Either way the need peaks at the first launch: it is needed now.
 TEST(Upcoming, TheNetWindowIsShorter) {
   constexpr std::int64_t kGap = kMs / 10;
-  UseSchedule schedule;
-  schedule.reserve(16, 16, 64);
-  for (BufferId id = 0; id < 8; ++id) {
-    const BufferId uses[] = {id};
-    schedule.addLaunch(static_cast<std::int64_t>(id) * kGap, k4, uses);
-    schedule.addFree(id, k4);
-  }
-  schedule.finish(8 * kGap);
+  const UseSchedule schedule = fourMiBAtEachOf(8, kGap);
   BufferTable table(16);
   const CostModel link(12.0, 12.0);
   std::int64_t gross_window = 0, net_window = 0, need_at = 1;
@@ -254,16 +276,7 @@ TEST(Upcoming, AnAllocationCloserThanItsCopyOutIsSeenBehindLaunchesThatAllocateN
   const CostModel link(12.0, 12.0);
   for (Prefetcher::Window window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet}) {
     for (std::uint32_t idle = 1; idle <= 3; ++idle) {
-      UseSchedule schedule;
-      schedule.reserve(16, 16, 64);
-      for (std::uint32_t q = 0; q < idle; ++q) {
-        const BufferId uses[] = {8};
-        schedule.addLaunch(static_cast<std::int64_t>(q) * kGap, 0, uses);
-      }
-      const BufferId uses[] = {0};
-      schedule.addLaunch(static_cast<std::int64_t>(idle) * kGap, k4, uses);
-      schedule.addFree(0, k4);
-      schedule.finish(static_cast<std::int64_t>(idle + 1) * kGap);
+      const UseSchedule schedule = idleThenFourMiB(idle, kGap);
       BufferTable table(16);
       table.allocate(8, kMiB, 0);
       std::int64_t need_at = -1;
@@ -281,14 +294,7 @@ TEST(Upcoming, TheShortWindowEndsAtTheFirstLaunchItDoesNotReach) {
   constexpr std::int64_t kGap = kMs / 10;
   const CostModel link(12.0, 12.0);
   {
-    UseSchedule schedule;
-    schedule.reserve(16, 16, 64);
-    for (BufferId id = 0; id < 8; ++id) {
-      const BufferId uses[] = {id};
-      schedule.addLaunch(static_cast<std::int64_t>(id) * kGap, k4, uses);
-      schedule.addFree(id, k4);
-    }
-    schedule.finish(8 * kGap);
+    const UseSchedule schedule = fourMiBAtEachOf(8, kGap);
     BufferTable table(16);
     for (auto [window, reach] : {std::pair{Prefetcher::Window::kGross, 7 * kGap}, std::pair{Prefetcher::Window::kNet, 3 * kGap}}) {
       std::int64_t need_at = 1, long_end = 0, short_end = 0;
@@ -300,16 +306,7 @@ TEST(Upcoming, TheShortWindowEndsAtTheFirstLaunchItDoesNotReach) {
   }
   for (Prefetcher::Window window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet}) {
     for (std::uint32_t idle = 1; idle <= 3; ++idle) {
-      UseSchedule schedule;
-      schedule.reserve(16, 16, 64);
-      for (std::uint32_t q = 0; q < idle; ++q) {
-        const BufferId uses[] = {8};
-        schedule.addLaunch(static_cast<std::int64_t>(q) * kGap, 0, uses);
-      }
-      const BufferId uses[] = {0};
-      schedule.addLaunch(static_cast<std::int64_t>(idle) * kGap, k4, uses);
-      schedule.addFree(0, k4);
-      schedule.finish(static_cast<std::int64_t>(idle + 1) * kGap);
+      const UseSchedule schedule = idleThenFourMiB(idle, kGap);
       BufferTable table(16);
       table.allocate(8, kMiB, 0);
       std::int64_t need_at = -1, end = -1;
