@@ -126,19 +126,21 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   static const std::vector<uint32_t> kNothing;
   const int64_t now = nowNs();
   if (!deviceFreeChecked_) checkDeviceFree();
-  // Memory short, and a buffer of this size freed with work still queued on it: its memory,
-  // without waiting for that work (the program's queue is often far ahead of the device).
-  CUmemGenericAllocationHandle adopted = 0;
-  CUevent adoptedAfter = nullptr;
-  CUstream adoptedStream = nullptr;
   // Short or not: a freed buffer of this size the device is done with, as it is. Mapping and
   // unmapping are the dearest calls of an allocation and a free (and on cudasim they stall the
   // simulated device: the Transformer as played, never short, ran 1.5 % slower for them).
   CUdeviceptr reusedAddress = 0;
+  CUmemGenericAllocationHandle adopted = 0;
   if (!quarantine_.empty()) reuseQuarantined(mapped, &reusedAddress, &adopted);
+  // Memory short, and a buffer of this size freed with work still queued on it: that buffer,
+  // as it is mapped, ordered after that work on the device instead of waited for on the host
+  // (the program's queue is often far ahead of the device), as a caching allocator reuses a
+  // block in stream order.
+  CUevent adoptedAfter = nullptr;
+  CUstream adoptedStream = nullptr;
   if (adopted == 0 && deviceBytes() + mapped > roomLimitLocked() && !quarantine_.empty())
       [[unlikely]]
-    adoptQuarantined(mapped, &adopted, &adoptedAfter, &adoptedStream);
+    adoptQuarantined(mapped, &reusedAddress, &adopted, &adoptedAfter, &adoptedStream);
   // Right after work that could not be analysed, while they keep coming, the next work is most
   // likely one too, and needs this buffer with all the others: evicting for it frees nothing.
   if (lastProgramWorkOpaque_ && policyLaunches_ < unanalysedHoldUntil_ &&
@@ -181,20 +183,9 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
   CUresult result = adopted != 0 ? CUDA_SUCCESS : acquireOrEvict(mapped, &handle, {}, 0);
   if (result == CUDA_SUCCESS && reusedAddress == 0) {
     result = mapAt(address, mapped, handle);
-    if (result != CUDA_SUCCESS && adopted != 0) {
-      // Still mapped where the freed buffer was, and maybe in use there: back to its entry.
-      for (Quarantined& entry : quarantine_)
-        if (entry.lent && entry.handle == adopted) {
-          entry.lent = false;
-          quarantinedBytes_ += mapped;
-          break;
-        }
-    } else if (result != CUDA_SUCCESS) {
-      physical_.release(mapped, handle);
-    }
+    if (result != CUDA_SUCCESS) physical_.release(mapped, handle);
   }
   if (result != CUDA_SUCCESS) {
-    events_.give(adoptedAfter);
     addressCache_.emplace(mapped, address);
     freeIds_.push_back(id);
     return result;
@@ -378,7 +369,7 @@ bool Residency::reuseQuarantined(uint64_t mapped, CUdeviceptr* address,
   int looked = 0;
   for (size_t i = 0; i < quarantine_.size() && looked < kLooks; ++i) {
     Quarantined& entry = quarantine_[i];
-    if (entry.lent || entry.handle == 0 || entry.mappedBytes != mapped) continue;
+    if (entry.handle == 0 || entry.mappedBytes != mapped) continue;
     ++looked;
     bool done = true;
     for (CUevent event : entry.events) done = done && api_.cuEventQuery(event) == CUDA_SUCCESS;
@@ -395,13 +386,15 @@ bool Residency::reuseQuarantined(uint64_t mapped, CUdeviceptr* address,
   return false;
 }
 
-bool Residency::adoptQuarantined(uint64_t mapped, CUmemGenericAllocationHandle* handle,
-                                 CUevent* after, CUstream* afterStream) {
-  for (Quarantined& entry : quarantine_) {
-    if (entry.lent || entry.handle == 0 || entry.mappedBytes != mapped) continue;
-    // An event of the new buffer's own (the entry keeps its events to unmap the old address),
-    // after the freed buffer's last uses: recorded on their one stream now, or, used on
-    // several, on a stream of the shim's that waits for all of them and runs nothing else.
+bool Residency::adoptQuarantined(uint64_t mapped, CUdeviceptr* address,
+                                 CUmemGenericAllocationHandle* handle, CUevent* after,
+                                 CUstream* afterStream) {
+  for (size_t i = 0; i < quarantine_.size(); ++i) {
+    Quarantined& entry = quarantine_[i];
+    if (entry.handle == 0 || entry.mappedBytes != mapped) continue;
+    // One event for all of the freed buffer's last uses: recorded on their one stream now, or,
+    // used on several, on a stream of the shim's that waits for all of them and runs nothing
+    // else. The entry's own events can go then: what waits on them is queued.
     CUstream on = entry.stream;
     if (on == nullptr) {
       if (joinStream_ == nullptr &&
@@ -415,14 +408,27 @@ bool Residency::adoptQuarantined(uint64_t mapped, CUmemGenericAllocationHandle* 
       events_.give(event);
       return false;
     }
-    // Mapped at both addresses meanwhile: the device's queued work reaches it through the old
-    // one, the new buffer's (after it, in stream order) through the new.
+    // The same address and mapping: no driver call to map, set access or unmap (on cudasim,
+    // where mappings stall the simulated device and fault again at first touch, mapping the
+    // memory at a new address cost the LSTM as played 5-6 % at 50 %/12 GB/s without a single
+    // eviction). The device's queued work reaches the memory as the freed buffer, the new
+    // buffer's after it.
+    *address = entry.address;
     *handle = entry.handle;
     *after = event;
     *afterStream = on;
-    entry.lent = true;
     quarantinedBytes_ -= mapped;
     stats_.adoptedFrees++;
+    if (entry.host != nullptr) {
+      // Its host block may still be read by a restore, or written by a copy out, that the
+      // events stand for: it stays, with no address and no memory, until they complete.
+      entry.address = 0;
+      entry.handle = 0;
+      entry.stream = nullptr;
+      return true;
+    }
+    for (CUevent e : entry.events) events_.give(e);
+    quarantine_.erase(quarantine_.begin() + static_cast<std::ptrdiff_t>(i));
     return true;
   }
   return false;
@@ -438,7 +444,8 @@ bool Residency::reclaimQuarantine(bool wait, uint64_t enough, bool keepMapped) {
   size_t kept = 0;
   for (size_t i = 0; i < quarantine_.size(); ++i) {
     Quarantined& entry = quarantine_[i];
-    const bool waitHere = wait && freed < enough;
+    // One with no memory (evicted, or taken over) gives none back: not worth a wait.
+    const bool waitHere = wait && freed < enough && entry.handle != 0;
     bool done = true;
     for (CUevent event : entry.events) {
       CUresult state = waitHere ? api_.cuEventSynchronize(event) : api_.cuEventQuery(event);
@@ -454,22 +461,21 @@ bool Residency::reclaimQuarantine(bool wait, uint64_t enough, bool keepMapped) {
     }
     for (CUevent event : entry.events) events_.give(event);
     entry.events.clear();
-    if (keepMapped && !entry.lent && entry.handle != 0) {
+    if (keepMapped && entry.handle != 0) {
       // Done with, and kept as it is for the next allocation of its size (reuseQuarantined);
       // its memory counts as the quarantine's until then, and goes when room is needed.
       if (kept != i) quarantine_[kept] = std::move(entry);
       ++kept;
       continue;
     }
-    if (entry.lent) {
-      api_.cuMemUnmap(entry.address, entry.mappedBytes);  // the memory is another buffer's now
-    } else if (entry.handle != 0) {
+    if (entry.handle != 0) {
       api_.cuMemUnmap(entry.address, entry.mappedBytes);
       quarantinedBytes_ -= entry.mappedBytes;
       physical_.release(entry.mappedBytes, entry.handle);
       freed += entry.mappedBytes;
     }
-    addressCache_.emplace(entry.mappedBytes, entry.address);
+    // An adopted buffer's address is the new buffer's (adoptQuarantined).
+    if (entry.address != 0) addressCache_.emplace(entry.mappedBytes, entry.address);
     host_.give(entry.host, entry.hostPinned);
     any = true;
   }

@@ -454,18 +454,15 @@ class Residency {
   // Freed, but work that used it may still run; or done with (no events left) and kept mapped
   // for the next allocation of its size (reuseQuarantined) until room is needed.
   struct Quarantined {
-    CUdeviceptr address;
+    CUdeviceptr address;  // 0 once another buffer took it over (adoptQuarantined)
     uint64_t mappedBytes;
-    CUmemGenericAllocationHandle handle;  // 0 when it was evicted
+    CUmemGenericAllocationHandle handle;  // 0 when it was evicted, or taken over
     void* host;  // its host copy, of mappedBytes
     bool hostPinned;
     std::vector<CUevent> events;
     // With one event, recorded on this program stream (else nullptr): a new allocation that
-    // takes the memory over (adoptQuarantined) is ordered after it there.
+    // takes the buffer over (adoptQuarantined) is ordered after it there.
     CUstream stream = nullptr;
-    // The memory went to a new allocation: only the address is still mapped here, until the
-    // events complete.
-    bool lent = false;
   };
 
   // A new buffer `id`, resident in `handle`'s memory mapped at `address`, counted and findable.
@@ -577,11 +574,12 @@ class Residency {
   // A freed buffer of `mapped` bytes whose uses the device has passed: its address, still
   // mapped to its memory, and that memory, for a new allocation as they are. False: none.
   bool reuseQuarantined(uint64_t mapped, CUdeviceptr* address, CUmemGenericAllocationHandle* handle);
-  // When memory is short: the physical memory of a freed buffer of `mapped` bytes that the
-  // device may still be using, for a new allocation, and an event after those uses (its first
-  // use elsewhere waits for it on the device). False when none can be taken.
-  bool adoptQuarantined(uint64_t mapped, CUmemGenericAllocationHandle* handle, CUevent* after,
-                        CUstream* afterStream);
+  // When memory is short: a freed buffer of `mapped` bytes that the device may still be
+  // using, its address and memory for a new allocation as they are mapped, and an event after
+  // those uses (the new buffer's first use elsewhere, its eviction and its free wait for it on
+  // the device). False when none can be taken.
+  bool adoptQuarantined(uint64_t mapped, CUdeviceptr* address, CUmemGenericAllocationHandle* handle,
+                        CUevent* after, CUstream* afterStream);
   // The buffer's record of its use on this stream; nullptr when it has too many to track.
   StreamUse* recordUse(Buffer& buffer, CUstream stream, bool perThreadStream);
   // The next launch mark on `stream`: its event, to be recorded once that launch is in the

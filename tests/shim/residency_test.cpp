@@ -657,9 +657,10 @@ TEST(ResidencyCosts, TheLinkIsProbedOnceWhenMemoryFirstRunsShortBeforeAnyCopyIsT
 
 TEST(ResidencyQuarantine, WhenShortAFreedBuffersMemoryGoesToTheNextAllocationAfterItsLastUse) {
   // A buffer freed while its last launch is still queued (the fake's work stays in flight):
-  // under a full budget, the next allocation of its size takes its memory at once, with no
-  // copy out and no host wait, and its first use on another stream waits on the device for
-  // an event recorded behind that last launch on its stream.
+  // under a full budget, the next allocation of its size takes it over at once, its address
+  // and memory as they are mapped (no map, access or unmap call), with no copy out and no host
+  // wait, and its first use on another stream waits on the device for an event recorded
+  // behind that last launch on its stream.
   auto r = residencyFor(4 * kBuffer);
   const std::vector<CUdeviceptr> b = allocate(*r, 4);
   fakeDriverLog().reset(true);
@@ -671,6 +672,9 @@ TEST(ResidencyQuarantine, WhenShortAFreedBuffersMemoryGoesToTheNextAllocationAft
   CUdeviceptr fresh = 0;
   ASSERT_EQ(r->allocate(kBuffer, &fresh), CUDA_SUCCESS);
   EXPECT_EQ(r->stats().adoptedFrees, 1u);
+  EXPECT_EQ(fresh, b[0]) << "taken over at a new address: mapped again, where the old one still is";
+  EXPECT_TRUE(fakeDriverLog().mapped.empty());
+  EXPECT_TRUE(fakeDriverLog().unmapped.empty());
   EXPECT_EQ(fakeDriverLog().copiesOut, 0u);
   EXPECT_EQ(r->stats().stallNs, 0u);
   EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
@@ -696,6 +700,45 @@ TEST(ResidencyQuarantine, WhenShortAFreedBuffersMemoryGoesToTheNextAllocationAft
   ASSERT_EQ(roomy->allocate(kBuffer, &fresh), CUDA_SUCCESS);
   EXPECT_EQ(roomy->stats().adoptedFrees, 0u);
   fakeDriverLog().eventsPending = false;
+}
+
+TEST(ResidencyQuarantine, ATakenOverBufferLeavesOrIsFreedOnlyAfterTheFreedOnesLastUse) {
+  // The buffer taken over shares its address and memory with the freed one, whose last launch
+  // is still queued: evicted, or freed and taken over again, before any use of its own, what
+  // unmaps or reuses that memory waits on the device for the event behind that launch (a
+  // new address used to keep the old mapping; now only the ordering does). Buffers of one and
+  // of three granules.
+  for (uint64_t granules : {1ull, 3ull}) {
+    SCOPED_TRACE(granules);
+    const uint64_t size = granules * kBuffer;
+    auto r = residencyFor(4 * size);
+    std::vector<CUdeviceptr> b(4);
+    for (CUdeviceptr& address : b) ASSERT_EQ(r->allocate(size, &address), CUDA_SUCCESS);
+    fakeDriverLog().reset(true);
+    fakeDriverLog().eventsPending = true;
+    ASSERT_EQ(prepare(*r, kStream, {b[0]}), CUDA_SUCCESS);
+    r->releaseHeld();
+    ASSERT_TRUE(r->free(b[0]));
+    CUdeviceptr taken = 0;
+    ASSERT_EQ(r->allocate(size, &taken), CUDA_SUCCESS);
+    ASSERT_EQ(taken, b[0]);
+    const CUevent after = fakeDriverLog().recorded.back().first;
+    auto waitedFor = [&](CUevent event) {
+      const auto& waited = fakeDriverLog().waited;
+      return std::any_of(waited.begin(), waited.end(), [&](const auto& w) { return w.second == event; });
+    };
+    ASSERT_FALSE(waitedFor(after));
+    for (size_t i = 1; i < b.size(); ++i) {  // used since: LRU's victim is the one taken over
+      ASSERT_EQ(prepare(*r, kStream, {b[i]}), CUDA_SUCCESS);
+      r->releaseHeld();
+    }
+    CUdeviceptr more = 0;
+    ASSERT_EQ(r->allocate(size, &more), CUDA_SUCCESS);
+    ASSERT_TRUE(copiedOut(taken)) << "LRU did not evict the buffer taken over";
+    EXPECT_TRUE(waitedFor(after)) << "its copy out and unmapping were not ordered after the freed buffer's last use";
+    EXPECT_EQ(fakeDriverLog().badMappings, 0u);
+    fakeDriverLog().eventsPending = false;
+  }
 }
 
 TEST(ResidencyQuarantine, AFreedBufferTheDeviceIsDoneWithIsReusedAsItIsMappedForItsSize) {
