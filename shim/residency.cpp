@@ -474,7 +474,7 @@ bool Residency::reclaimQuarantine(bool wait, uint64_t enough, bool keepMapped) {
       physical_.release(entry.mappedBytes, entry.handle);
       freed += entry.mappedBytes;
     }
-    // An adopted buffer's address is the new buffer's (adoptQuarantined).
+    // Taken over (adoptQuarantined): its address, 0 here, is the new buffer's.
     if (entry.address != 0) addressCache_.emplace(entry.mappedBytes, entry.address);
     host_.give(entry.host, entry.hostPinned);
     any = true;
