@@ -709,35 +709,46 @@ TEST(ResidencyQuarantine, ATakenOverBufferLeavesOrIsFreedOnlyAfterTheFreedOnesLa
   // new address used to keep the old mapping; now only the ordering does). Buffers of one and
   // of three granules.
   for (uint64_t granules : {1ull, 3ull}) {
-    SCOPED_TRACE(granules);
-    const uint64_t size = granules * kBuffer;
-    auto r = residencyFor(4 * size);
-    std::vector<CUdeviceptr> b(4);
-    for (CUdeviceptr& address : b) ASSERT_EQ(r->allocate(size, &address), CUDA_SUCCESS);
-    fakeDriverLog().reset(true);
-    fakeDriverLog().eventsPending = true;
-    ASSERT_EQ(prepare(*r, kStream, {b[0]}), CUDA_SUCCESS);
-    r->releaseHeld();
-    ASSERT_TRUE(r->free(b[0]));
-    CUdeviceptr taken = 0;
-    ASSERT_EQ(r->allocate(size, &taken), CUDA_SUCCESS);
-    ASSERT_EQ(taken, b[0]);
-    const CUevent after = fakeDriverLog().recorded.back().first;
-    auto waitedFor = [&](CUevent event) {
-      const auto& waited = fakeDriverLog().waited;
-      return std::any_of(waited.begin(), waited.end(), [&](const auto& w) { return w.second == event; });
-    };
-    ASSERT_FALSE(waitedFor(after));
-    for (size_t i = 1; i < b.size(); ++i) {  // used since: LRU's victim is the one taken over
-      ASSERT_EQ(prepare(*r, kStream, {b[i]}), CUDA_SUCCESS);
+    for (bool freedAgain : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << granules << " granules, freed again " << freedAgain);
+      const uint64_t size = granules * kBuffer;
+      auto r = residencyFor(4 * size);
+      std::vector<CUdeviceptr> b(4);
+      for (CUdeviceptr& address : b) ASSERT_EQ(r->allocate(size, &address), CUDA_SUCCESS);
+      fakeDriverLog().reset(true);
+      fakeDriverLog().eventsPending = true;
+      ASSERT_EQ(prepare(*r, kStream, {b[0]}), CUDA_SUCCESS);
       r->releaseHeld();
+      ASSERT_TRUE(r->free(b[0]));
+      CUdeviceptr taken = 0;
+      ASSERT_EQ(r->allocate(size, &taken), CUDA_SUCCESS);
+      ASSERT_EQ(taken, b[0]);
+      const CUevent after = fakeDriverLog().recorded.back().first;
+      auto waitedFor = [&](CUevent event) {
+        const auto& waited = fakeDriverLog().waited;
+        return std::any_of(waited.begin(), waited.end(), [&](const auto& w) { return w.second == event; });
+      };
+      ASSERT_FALSE(waitedFor(after));
+      if (freedAgain) {
+        ASSERT_TRUE(r->free(taken));
+        CUdeviceptr again = 0;
+        ASSERT_EQ(r->allocate(size, &again), CUDA_SUCCESS);
+        EXPECT_EQ(again, taken);
+        EXPECT_EQ(r->stats().adoptedFrees, 2u);
+        EXPECT_TRUE(waitedFor(after)) << "taken over again before the first freed buffer's last use";
+      } else {
+        for (size_t i = 1; i < b.size(); ++i) {  // used since: LRU's victim is the one taken over
+          ASSERT_EQ(prepare(*r, kStream, {b[i]}), CUDA_SUCCESS);
+          r->releaseHeld();
+        }
+        CUdeviceptr more = 0;
+        ASSERT_EQ(r->allocate(size, &more), CUDA_SUCCESS);
+        ASSERT_TRUE(copiedOut(taken)) << "LRU did not evict the buffer taken over";
+        EXPECT_TRUE(waitedFor(after)) << "its copy out and unmapping were not ordered after the freed buffer's last use";
+      }
+      EXPECT_EQ(fakeDriverLog().badMappings, 0u);
+      fakeDriverLog().eventsPending = false;
     }
-    CUdeviceptr more = 0;
-    ASSERT_EQ(r->allocate(size, &more), CUDA_SUCCESS);
-    ASSERT_TRUE(copiedOut(taken)) << "LRU did not evict the buffer taken over";
-    EXPECT_TRUE(waitedFor(after)) << "its copy out and unmapping were not ordered after the freed buffer's last use";
-    EXPECT_EQ(fakeDriverLog().badMappings, 0u);
-    fakeDriverLog().eventsPending = false;
   }
 }
 
