@@ -38,7 +38,9 @@ struct FakeDriverLog {
   std::vector<std::pair<CUevent, CUstream>> recorded;  // cuEventRecord
   std::vector<std::pair<CUstream, CUevent>> waited;    // cuStreamWaitEvent
   std::vector<CUdeviceptr> copiedOut;                  // sources of device-to-host copies
+  std::vector<void*> copiedOutTo;                      // their destinations, in the same order
   std::vector<CUdeviceptr> copiedIn;                   // destinations of host-to-device copies
+  std::vector<CUevent> synchronized;                   // cuEventSynchronize: the host waited
   // Addresses mapped since recording began. As a driver does, mapping where a mapping is
   // already fails (CUDA_ERROR_INVALID_VALUE) and is counted; so is unmapping what is mapped no
   // more (an address mapped before recording began is not known, and passes).
@@ -60,7 +62,9 @@ struct FakeDriverLog {
     recorded.clear();
     waited.clear();
     copiedOut.clear();
+    copiedOutTo.clear();
     copiedIn.clear();
+    synchronized.clear();
     mapped.clear();
     unmapped.clear();
     badMappings = 0;
@@ -143,10 +147,15 @@ inline CUresult copyIn(CUdeviceptr dst, const void*, size_t, CUstream) {
   note(fakeDriverLog().copiedIn, dst);
   return CUDA_SUCCESS;
 }
-inline CUresult copyOut(void*, CUdeviceptr src, size_t, CUstream) {
+inline CUresult copyOut(void* dst, CUdeviceptr src, size_t, CUstream) {
   count();
   fakeDriverLog().copiesOut.fetch_add(1, std::memory_order_relaxed);
-  note(fakeDriverLog().copiedOut, src);
+  FakeDriverLog& log = fakeDriverLog();
+  if (log.recording) {
+    std::lock_guard lock(log.mutex);  // both lists in the same order
+    log.copiedOut.push_back(src);
+    log.copiedOutTo.push_back(dst);
+  }
   return CUDA_SUCCESS;
 }
 inline CUresult streamCreate(CUstream* stream, unsigned) {
@@ -178,7 +187,11 @@ inline CUresult eventQuery(CUevent event) {
   const bool pending = log.eventsPending || (log.eventPending && log.eventPending(event));
   return pending ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
-inline CUresult eventSynchronize(CUevent) { count(); return CUDA_SUCCESS; }
+inline CUresult eventSynchronize(CUevent event) {
+  count();
+  note(fakeDriverLog().synchronized, event);
+  return CUDA_SUCCESS;
+}
 inline CUresult eventDestroy(CUevent) { count(); return CUDA_SUCCESS; }
 inline CUresult eventElapsed(float* ms, CUevent start, CUevent end) {
   count();

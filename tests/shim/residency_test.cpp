@@ -752,6 +752,58 @@ TEST(ResidencyQuarantine, ATakenOverBufferLeavesOrIsFreedOnlyAfterTheFreedOnesLa
   }
 }
 
+TEST(ResidencyQuarantine, ATakenOverBuffersHostBlockWaitsForItsLastUseWithoutTheHost) {
+  // A buffer that was evicted and restored keeps its host block. Freed with its last launch
+  // still queued and taken over, its memory and address go to the new buffer at once, but the
+  // block stays its own until that launch passes (a copy it stands for may still use it): the
+  // next copy out goes elsewhere. And the host, needing room, does not wait for what holds no
+  // device memory any more. Five and six buffers evicted after it: the host pool's lower
+  // blocks are taken first, so it takes that many to reach the freed block's place.
+  for (int evictions : {5, 6}) {
+    SCOPED_TRACE(evictions);
+    auto r = residencyFor(4 * kBuffer);
+    const std::vector<CUdeviceptr> b = allocate(*r, 4);
+    fakeDriverLog().reset(true);
+    for (size_t i = 1; i < 4; ++i) {  // b[0] is LRU's first victim
+      ASSERT_EQ(prepare(*r, kStream, {b[i]}), CUDA_SUCCESS);
+      r->releaseHeld();
+    }
+    CUdeviceptr extra = 0;
+    ASSERT_EQ(r->allocate(kBuffer, &extra), CUDA_SUCCESS);
+    const auto& from = fakeDriverLog().copiedOut;
+    const auto at = std::find(from.begin(), from.end(), b[0]);
+    ASSERT_NE(at, from.end()) << "b[0] was not evicted";
+    void* block = fakeDriverLog().copiedOutTo[static_cast<size_t>(at - from.begin())];
+    ASSERT_EQ(prepare(*r, kStream, {b[0]}), CUDA_SUCCESS);  // restored: keeps its block
+    r->releaseHeld();
+    fakeDriverLog().eventsPending = true;
+    const size_t recordsBefore = fakeDriverLog().recorded.size();
+    ASSERT_TRUE(r->free(b[0]));
+    std::vector<CUevent> lastUse;
+    for (size_t i = recordsBefore; i < fakeDriverLog().recorded.size(); ++i)
+      lastUse.push_back(fakeDriverLog().recorded[i].first);
+    ASSERT_FALSE(lastUse.empty());
+    CUdeviceptr taken = 0;
+    ASSERT_EQ(r->allocate(kBuffer, &taken), CUDA_SUCCESS);
+    ASSERT_EQ(taken, b[0]);
+    ASSERT_EQ(r->stats().adoptedFrees, 1u);
+    const size_t copiesBefore = fakeDriverLog().copiedOutTo.size();
+    for (int e = 0; e < evictions; ++e) {
+      CUdeviceptr more = 0;
+      ASSERT_EQ(r->allocate(kBuffer, &more), CUDA_SUCCESS);
+    }
+    const auto& to = fakeDriverLog().copiedOutTo;
+    ASSERT_GT(to.size(), copiesBefore) << "nothing was copied out";
+    for (size_t i = copiesBefore; i < to.size(); ++i)
+      EXPECT_NE(to[i], block) << "a copy out went to the freed buffer's host block while its launch was queued";
+    const auto& waited = fakeDriverLog().synchronized;
+    for (CUevent event : lastUse)
+      EXPECT_EQ(std::count(waited.begin(), waited.end(), event), 0)
+          << "the host waited for a freed buffer that holds no device memory";
+    fakeDriverLog().eventsPending = false;
+  }
+}
+
 TEST(ResidencyQuarantine, AFreedBufferTheDeviceIsDoneWithIsReusedAsItIsMappedForItsSize) {
   // Never short: a freed buffer whose work has passed keeps its address and memory mapped, and
   // the next allocation of its size takes both as they are (no map, unmap or access call: the
