@@ -21,6 +21,7 @@ CUresult PhysicalPool::acquire(uint64_t bytes, CUmemGenericAllocationHandle* han
     trim(UINT64_MAX);
     result = api_.cuMemCreate(handle, bytes, &prop, 0);
   }
+  if (result == CUDA_SUCCESS) creates_++;
   return result;
 }
 
@@ -38,11 +39,20 @@ void PhysicalPool::release(uint64_t bytes, CUmemGenericAllocationHandle handle) 
   bytes_ += bytes;
 }
 
-void PhysicalPool::trim(uint64_t bytes) {
+void PhysicalPool::giveBack(CUmemGenericAllocationHandle handle) {
+  api_.cuMemRelease(handle);
+  releases_++;
+}
+
+void PhysicalPool::trim(uint64_t bytes, uint64_t spare) {
   uint64_t released = 0;
+  auto spared = spare != 0 ? handles_.find(spare) : handles_.end();
   while (!handles_.empty() && released < bytes) {
     auto it = std::prev(handles_.end());
+    if (it == spared && it != handles_.begin()) it = std::prev(it);  // the spared one goes last
+    if (it == spared) spared = handles_.end();
     api_.cuMemRelease(it->second);
+    releases_++;
     released += it->first;
     bytes_ -= it->first;
     handles_.erase(it);

@@ -36,12 +36,20 @@ class PhysicalPool {
   // A handle of exactly `bytes` already in the pool (no driver call); false: none.
   bool takeExact(uint64_t bytes, CUmemGenericAllocationHandle* handle);
   void release(uint64_t bytes, CUmemGenericAllocationHandle handle);
-  // Gives at least `bytes` back to the device (largest handles first: fewest calls), or all.
-  void trim(uint64_t bytes);
+  // Back to the device at once, not pooled (memory the budget never counted).
+  void giveBack(CUmemGenericAllocationHandle handle);
+  // Gives at least `bytes` back to the device (largest handles first: fewest calls), or all;
+  // one handle of `spare` bytes goes last (the one the caller is about to take).
+  void trim(uint64_t bytes, uint64_t spare = 0);
+  bool holds(uint64_t bytes) const { return handles_.contains(bytes); }
   uint64_t bytes() const { return bytes_; }
+  uint64_t creates() const { return creates_; }  // cuMemCreate calls that succeeded
+  uint64_t releases() const { return releases_; }
 
  private:
   const DriverApi& api_;
+  uint64_t creates_ = 0;
+  uint64_t releases_ = 0;
   std::multimap<uint64_t, CUmemGenericAllocationHandle> handles_;
   uint64_t bytes_ = 0;
 };

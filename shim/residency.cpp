@@ -93,6 +93,7 @@ Residency::Residency(const DriverApi& api, const ResidencyConfig& config,
 CUresult Residency::mapAt(CUdeviceptr address, uint64_t bytes, CUmemGenericAllocationHandle handle) {
   CUresult result = api_.cuMemMap(address, bytes, 0, handle, 0);
   if (result != CUDA_SUCCESS) return result;
+  stats_.mappings++;
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = 0;
@@ -149,14 +150,17 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
     stats_.unanalysedHoldBytes = std::max(stats_.unanalysedHoldBytes, unanalysedHoldBytes_);
   }
   if (adopted == 0) {
-    if (CUresult room = makeRoom(mapped, kNothing, now, 0); room != CUDA_SUCCESS) {
+    if (CUresult room = makeRoom(mapped, kNothing, now, 0, /*onePiece=*/true);
+        room != CUDA_SUCCESS) {
       freeIds_.push_back(id);
       return room;
     }
   }
-  if (deviceBytes() + mapped > config_.budgetBytes) {
+  // A pooled handle of its size is counted already.
+  const uint64_t adds = adopted == 0 && physical_.holds(mapped) ? 0 : mapped;
+  if (deviceBytes() + adds > config_.budgetBytes) {
     stats_.overBudgetAllocations++;
-    if (deviceBytes() + mapped <= roomLimitLocked())
+    if (deviceBytes() + adds <= roomLimitLocked())
       DELTA_WARN_ONCE("an allocation of %llu MiB goes over DELTA_BUDGET because launches that "
                       "cannot be analysed keep needing every buffer resident: memory evicted "
                       "for it would come back at the next of them (counted; DELTA_STRICT=1 "
@@ -461,7 +465,7 @@ bool Residency::reclaimQuarantine(bool wait, uint64_t enough, bool keepMapped) {
     }
     for (CUevent event : entry.events) events_.give(event);
     entry.events.clear();
-    if (keepMapped && entry.handle != 0) {
+    if ((keepMapped || freed >= enough) && entry.handle != 0) {
       // Done with, and kept as it is for the next allocation of its size (reuseQuarantined);
       // its memory counts as the quarantine's until then, and goes when room is needed.
       if (kept != i) quarantine_[kept] = std::move(entry);
@@ -1054,17 +1058,23 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
         waitForEvictionCopy(buffer, perThreadStream ? CU_STREAM_PER_THREAD : stream);
       if (buffer.evicting) cancelEviction(id, now);
     }
-    if (reclaimEvictions(false)) physical_.trim(UINT64_MAX);
+    reclaimEvictions(false);  // their memory waits in the pool for what needs room
   }
   uint64_t missing = 0;
+  const Buffer* missingOne = nullptr;  // the last missing: the only one if `missing` is its size
   for (uint32_t id : workingSet_)
-    if (buffers_[id].state != State::kResident) missing += buffers_[id].mappedBytes;
+    if (buffers_[id].state != State::kResident) {
+      missing += buffers_[id].mappedBytes;
+      missingOne = &buffers_[id];
+    }
   bool countedOverBudget = false;
   CUresult result = CUDA_SUCCESS;
   if (missing > 0) {
     uint64_t workingBytes = 0;
     for (uint32_t id : workingSet_) workingBytes += buffers_[id].mappedBytes;
-    result = makeRoom(missing, workingSet_, now, kernel);
+    // One buffer back, in memory from the pool: a pooled handle of its size is its room.
+    const bool onePiece = missing == missingOne->mappedBytes && missingOne->program == nullptr;
+    result = makeRoom(missing, workingSet_, now, kernel, onePiece);
     if (result != CUDA_SUCCESS) {  // strict mode, and the budget cannot hold the working set
       if (work.failable) return result;  // the caller fails the call
       // Nothing can stop this work, and on memory that is not there the device faults.
@@ -1076,7 +1086,8 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
       tStrictOverrun = true;
       result = CUDA_SUCCESS;
     }
-    if (deviceBytes() + missing > config_.budgetBytes) {
+    const uint64_t adds = onePiece && physical_.holds(missing) ? 0 : missing;
+    if (deviceBytes() + adds > config_.budgetBytes) {
       countedOverBudget = true;
       stats_.overBudgetLaunches++;
       if (trace)
@@ -1220,10 +1231,16 @@ void Residency::tellPolicy(CUstream stream, const WorkInfo& work, int64_t now) {
 
 void Residency::prefetch(int64_t now) {
   // Only into free room: a prefetch never evicts (what it would evict may be needed sooner).
-  // Freed memory the device has got past since is free room.
-  if (deviceBytes() >= limitLocked() && !quarantine_.empty() && reclaimQuarantine(false))
-    physical_.trim(UINT64_MAX);
-  if (deviceBytes() >= limitLocked()) return;
+  // Pooled memory is free room, and so is freed memory the device has got past since (unmapped
+  // only as far as a prefetch needs it: the rest stays for an allocation of its size).
+  const uint64_t limit = limitLocked();
+  auto taken = [&] { return deviceBytes() - physical_.bytes(); };
+  auto roomFor = [&](uint64_t bytes) {
+    if (taken() + bytes > limit && !quarantine_.empty())
+      reclaimQuarantine(false, taken() + bytes - limit);
+    return taken() + bytes <= limit;
+  };
+  if (!roomFor(granularity_)) return;
   policy::Prefetch wanted[8];
   policy::PrefetchRequest request;
   request.now_ns = now;
@@ -1238,7 +1255,11 @@ void Residency::prefetch(int64_t now) {
       continue;
     }
     if (!buffer.live || buffer.state != State::kEvicted || buffer.host == nullptr) continue;
-    if (deviceBytes() + buffer.mappedBytes > limitLocked()) break;
+    const uint64_t mapped = buffer.mappedBytes;
+    if (!roomFor(mapped)) break;
+    // A pooled handle of its size is taken as it is; else other pooled memory goes first.
+    if (!physical_.holds(mapped) && deviceBytes() + mapped > limit)
+      physical_.trim(deviceBytes() + mapped - limit);
     if (prefetchStream_ == nullptr &&
         api_.cuStreamCreate(&prefetchStream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
       return;
@@ -1455,6 +1476,8 @@ Stats Residency::stats() {
   copy.pinnedHostBytes = host_.pinnedBytes();
   copy.pinnedChunks = host_.pinnedChunks();
   copy.pinnedChunksAhead = host_.chunksPinnedAhead();
+  copy.physicalCreates = physical_.creates();
+  copy.physicalReleases = physical_.releases();
   copy.ceilingBytes = limitLocked();
   copy.pointerTables = tables_.size();
   copy.residentBytes = resident_;

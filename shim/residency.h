@@ -126,6 +126,12 @@ struct Stats {
   // Allocations given a freed buffer's address and memory as they were, still mapped (its work
   // done): no driver call to map, unmap or set access, as a caching allocator reuses a block.
   uint64_t reusedFrees = 0;
+  // Driver calls for managed memory: physical memory made and given back (cuMemCreate,
+  // cuMemRelease: the pool keeps what it can for the next buffer of its size), and mappings
+  // made (cuMemMap with its cuMemSetAccess; each is undone by a cuMemUnmap later).
+  uint64_t physicalCreates = 0;
+  uint64_t physicalReleases = 0;
+  uint64_t mappings = 0;
   uint64_t deviceFull = 0;          // times the device refused memory the budget allowed
   uint64_t ceilingBytes = 0;        // the effective ceiling: the budget, or less (device full)
   // The most memory kept resident over the budget because launches that could not be analysed
@@ -508,12 +514,15 @@ class Residency {
   template <class Visit>
   void forEachBufferIn(CUdeviceptr start, uint64_t bytes, Visit visit);
   // `cause`: the trace's name id of the work that needs the room (0: an allocation).
+  // `onePiece`: the room is for one buffer's memory, taken from the pool (PhysicalPool::acquire)
+  // right after: a pooled handle of that size is room already.
   CUresult makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
-                    uint32_t cause);
+                    uint32_t cause, bool onePiece = false);
   // Evicts what the policy chooses, never `keep` nor held buffers, until `bytes` more fit under
-  // `limit` or nothing more can go. True when everything fits.
+  // `limit` or nothing more can go. True when everything fits. Pooled memory goes back to the
+  // device first, only as far as needed (`onePiece`: as makeRoom).
   bool evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint32_t> keep, int64_t now,
-                  uint32_t cause);
+                  uint32_t cause, bool onePiece = false);
   // Physical memory for a buffer of `bytes`; when the device is full, evicts (never `keep`) and
   // tries again, lowering the ceiling to the level at which the device gave it.
   // `program`: memory for a mapping of the program's, made as the program asked for it (it may
@@ -568,8 +577,8 @@ class Residency {
   CUresult mapAt(CUdeviceptr address, uint64_t bytes, CUmemGenericAllocationHandle handle);
   // Gives back the memory of freed buffers whose work has finished; with `wait`, waits for the
   // oldest until `enough` device bytes have come back.
-  // `keepMapped`: what the device is done with stays mapped, for reuseQuarantined; else it is
-  // unmapped and its memory goes to the pool (room is needed).
+  // What the device is done with is unmapped, its memory to the pool, until `enough` has come
+  // back; the rest stays mapped for reuseQuarantined (with `keepMapped`: all of it).
   bool reclaimQuarantine(bool wait, uint64_t enough = UINT64_MAX, bool keepMapped = false);
   // A freed buffer of `mapped` bytes whose uses the device has passed: its address, still
   // mapped to its memory, and that memory, for a new allocation as they are. False: none.

@@ -20,28 +20,43 @@ using detail::thisThread;
 // ---- making room --------------------------------------------------------------------------
 
 CUresult Residency::makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
-                             uint32_t cause) {
+                             uint32_t cause, bool onePiece) {
   if (ceiling_ != UINT64_MAX) maybeRaiseCeiling(now);
-  if (evictUntil(bytes, roomLimitLocked(), keep, now, cause)) return CUDA_SUCCESS;
+  if (evictUntil(bytes, roomLimitLocked(), keep, now, cause, onePiece)) return CUDA_SUCCESS;
   // Strict mode fails what the budget cannot hold; below it, the device may still have room
   // that the ceiling, an estimate, does not count.
-  if (!config_.strict || deviceBytes() + bytes <= config_.budgetBytes) return CUDA_SUCCESS;
+  const uint64_t adds = onePiece && physical_.holds(bytes) ? 0 : bytes;
+  if (!config_.strict || deviceBytes() + adds <= config_.budgetBytes) return CUDA_SUCCESS;
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint32_t> keep,
-                           int64_t now, uint32_t cause) {
-  auto fits = [&] { return deviceBytes() + bytes <= limit; };
+                           int64_t now, uint32_t cause, bool onePiece) {
+  // A pooled handle the caller takes adds nothing to what the device holds.
+  auto needed = [&] { return onePiece && physical_.holds(bytes) ? 0 : bytes; };
+  auto fits = [&] { return deviceBytes() + needed() <= limit; };
+  auto over = [&] { return deviceBytes() + needed() - limit; };
   if (fits()) return true;
-  // Cheapest first: memory nobody uses any more, and evictions already done.
-  if (!inFlight_.empty() && reclaimEvictions(false)) physical_.trim(UINT64_MAX);
-  if (!quarantine_.empty()) reclaimQuarantine(false);
-  if (!fits() && physical_.bytes() > 0) physical_.trim(deviceBytes() + bytes - limit);
+  // Pooled memory goes back to the device only as far as this needs: a handle kept is one the
+  // next buffer of its size takes without a driver call (cuMemCreate, cuMemRelease: a caching
+  // allocator avoids them too). The caller's own size goes last.
+  auto trimPool = [&] {
+    if (!fits() && physical_.bytes() > 0) physical_.trim(over(), onePiece ? bytes : 0);
+  };
+  // Cheapest first: evictions already done, pooled memory, then freed memory the device is
+  // done with (still mapped: an allocation of its size takes it as it is, so only what is
+  // needed is unmapped), then freed memory it is not done with yet, the oldest first.
+  if (!inFlight_.empty()) reclaimEvictions(false);
+  trimPool();
+  if (!fits() && !quarantine_.empty()) {
+    reclaimQuarantine(false, over());
+    trimPool();
+  }
   if (!fits() && !quarantine_.empty()) {
     const int64_t waitStart = nowNs();
-    reclaimQuarantine(true, deviceBytes() + bytes - limit);
+    reclaimQuarantine(true, over());
     stats_.stallNs += static_cast<uint64_t>(nowNs() - waitStart);
-    physical_.trim(UINT64_MAX);
+    trimPool();
   }
   // Never the work being prepared; work other threads prepared and have not enqueued yet is
   // found held by evict(), which adds it here.
@@ -59,10 +74,9 @@ bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint3
   int preferRounds = 0;
   while (!fits()) {
     // What the evictions in flight will free counts: only the rest needs new victims.
-    const uint64_t over = deviceBytes() + bytes - limit;
-    if (over > evictingBytes_) {
+    if (const uint64_t missingRoom = over(); missingRoom > evictingBytes_) {
       policy::EvictRequest request;
-      request.bytes = over - evictingBytes_;
+      request.bytes = missingRoom - evictingBytes_;
       request.now_ns = now;
       request.urgent = true;
       fillLinkState(request);
@@ -80,7 +94,7 @@ bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint3
     // Nothing more to start: wait for the oldest eviction in flight (a stall), or give up.
     if (inFlight_.empty()) break;
     reclaimEvictions(true);
-    physical_.trim(UINT64_MAX);
+    trimPool();
   }
   preferPassedUses_ = false;
   return fits();
@@ -300,7 +314,8 @@ bool Residency::probeTimingQueued() const {
 
 void Residency::endLinkProbe() {
   if (probe_.mapped) api_.cuMemUnmap(probe_.address, probe_.bytes);
-  if (probe_.handle != 0) physical_.release(probe_.bytes, probe_.handle);
+  // Never counted in the budget: not pooled, where it would count until room is needed.
+  if (probe_.handle != 0) physical_.giveBack(probe_.handle);
   if (probe_.address != 0) api_.cuMemAddressFree(probe_.address, probe_.bytes);
   if (probe_.host != nullptr) host_.give(probe_.host, probe_.hostPinned);
   probe_ = LinkProbe{};

@@ -349,7 +349,9 @@ int Residency::beginRecompute(CUdeviceptr address) {
   if (buffer.state != State::kDropped) return 0;
   const int64_t now = nowNs();
   const std::vector<uint32_t> keep{id};
-  if (makeRoom(buffer.mappedBytes, keep, now, 0) != CUDA_SUCCESS) return -1;
+  if (makeRoom(buffer.mappedBytes, keep, now, 0, /*onePiece=*/buffer.program == nullptr) !=
+      CUDA_SUCCESS)
+    return -1;
   if (CUresult r = remap(id, keep); r != CUDA_SUCCESS) {
     logLine("cannot map memory to regenerate the buffer at 0x%llx (%llu bytes): %s",
             (unsigned long long)buffer.address, (unsigned long long)buffer.bytes,

@@ -258,7 +258,7 @@ void Shim::printSummary() {
           "foreign_peak_bytes=%llu peak_device_bytes=%llu program_mappings=%llu "
           "program_pinned=%llu restore_wait_ns=%llu adopted_frees=%llu reused_frees=%llu "
           "unanalysed_hold_bytes=%llu pinned_host_bytes=%llu pinned_chunks=%llu "
-          "pinned_chunks_ahead=%llu%s",
+          "pinned_chunks_ahead=%llu physical_creates=%llu physical_releases=%llu mappings=%llu%s",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
           (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
@@ -277,7 +277,8 @@ void Shim::printSummary() {
           (unsigned long long)s.adoptedFrees, (unsigned long long)s.reusedFrees,
           (unsigned long long)s.unanalysedHoldBytes, (unsigned long long)s.pinnedHostBytes,
           (unsigned long long)s.pinnedChunks, (unsigned long long)s.pinnedChunksAhead,
-          allocPathStatsKeys().c_str());
+          (unsigned long long)s.physicalCreates, (unsigned long long)s.physicalReleases,
+          (unsigned long long)s.mappings, allocPathStatsKeys().c_str());
 }
 
 }  // namespace delta::shim

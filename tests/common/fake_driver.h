@@ -9,10 +9,12 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -53,6 +55,11 @@ struct FakeDriverLog {
   // When set: the device time (ms) at which an event recorded passed, for cuEventElapsedTime;
   // unset, every interval is 1 ms.
   std::function<double(CUevent)> eventTimeMs;
+  // Physical memory the process holds (cuMemCreate less cuMemRelease, at every moment, whether
+  // recording or not), and the most it held since the last reset.
+  std::map<CUmemGenericAllocationHandle, uint64_t> handleBytes;
+  uint64_t heldBytes = 0;
+  uint64_t peakHeldBytes = 0;
 
   void reset(bool record) {
     calls = eventRecords = copiesOut = copiesIn = 0;
@@ -68,6 +75,7 @@ struct FakeDriverLog {
     mapped.clear();
     unmapped.clear();
     badMappings = 0;
+    peakHeldBytes = heldBytes;
     onEventRecord = nullptr;
     eventTimeMs = nullptr;
     eventPending = nullptr;
@@ -102,13 +110,27 @@ inline CUresult reserve(CUdeviceptr* out, size_t bytes, size_t, CUdeviceptr, uns
   return CUDA_SUCCESS;
 }
 inline CUresult addressFree(CUdeviceptr, size_t) { count(); return CUDA_SUCCESS; }
-inline CUresult create(CUmemGenericAllocationHandle* handle, size_t, const CUmemAllocationProp*,
-                       unsigned long long) {
+inline CUresult create(CUmemGenericAllocationHandle* handle, size_t bytes,
+                       const CUmemAllocationProp*, unsigned long long) {
   count();
   *handle = ++gNextHandle;
+  FakeDriverLog& log = fakeDriverLog();
+  std::lock_guard lock(log.mutex);
+  log.handleBytes[*handle] = bytes;
+  log.heldBytes += bytes;
+  log.peakHeldBytes = std::max(log.peakHeldBytes, log.heldBytes);
   return CUDA_SUCCESS;
 }
-inline CUresult release(CUmemGenericAllocationHandle) { count(); return CUDA_SUCCESS; }
+inline CUresult release(CUmemGenericAllocationHandle handle) {
+  count();
+  FakeDriverLog& log = fakeDriverLog();
+  std::lock_guard lock(log.mutex);
+  auto it = log.handleBytes.find(handle);
+  if (it == log.handleBytes.end()) return CUDA_ERROR_INVALID_VALUE;
+  log.heldBytes -= it->second;
+  log.handleBytes.erase(it);
+  return CUDA_SUCCESS;
+}
 inline CUresult map(CUdeviceptr address, size_t, size_t, CUmemGenericAllocationHandle,
                     unsigned long long) {
   count();

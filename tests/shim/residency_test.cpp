@@ -875,6 +875,139 @@ TEST(ResidencyQuarantine, AHostThatNeedsRoomWaitsForTheOldestFreesOnly) {
   fakeDriverLog().eventsPending = false;
 }
 
+TEST(ResidencyQuarantine, RoomTakesFromFreedBuffersOnlyWhatItNeedsTheRestStaysMapped) {
+  // Two freed buffers the device is done with, of two granules and then of one; an allocation
+  // of three granules needs two back: the older one is unmapped, the newer stays as it is, and
+  // the next allocation of its size takes it with its address. Unmapping it too would have
+  // cost that allocation a new mapping.
+  const uint64_t othersHeld = fakeDriverLog().heldBytes;  // by the tests before
+  auto r = residencyFor(7 * kBuffer);
+  CUdeviceptr one = 0, two = 0, three = 0;
+  ASSERT_EQ(r->allocate(kBuffer, &one), CUDA_SUCCESS);
+  ASSERT_EQ(r->allocate(2 * kBuffer, &two), CUDA_SUCCESS);
+  ASSERT_EQ(r->allocate(3 * kBuffer, &three), CUDA_SUCCESS);
+  fakeDriverLog().reset(true);
+  for (CUdeviceptr address : {one, two, three}) {
+    ASSERT_EQ(prepare(*r, kStream, {address}), CUDA_SUCCESS);
+    r->releaseHeld();
+  }
+  ASSERT_TRUE(r->free(two));
+  ASSERT_TRUE(r->free(one));
+  CUdeviceptr big = 0;
+  ASSERT_EQ(r->allocate(3 * kBuffer, &big), CUDA_SUCCESS);
+  EXPECT_EQ(fakeDriverLog().unmapped.count(two), 1u);
+  EXPECT_EQ(fakeDriverLog().unmapped.count(one), 0u) << "unmapped though not needed";
+  const uint64_t reused = r->stats().reusedFrees;
+  CUdeviceptr again = 0;
+  ASSERT_EQ(r->allocate(kBuffer, &again), CUDA_SUCCESS);
+  EXPECT_EQ(again, one);
+  EXPECT_EQ(r->stats().reusedFrees, reused + 1);
+  EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
+  EXPECT_LE(fakeDriverLog().peakHeldBytes - othersHeld, 7 * kBuffer);
+}
+
+TEST(ResidencyPool, AVictimsMemoryGoesToTheNextBufferOfItsSizeAsItIs) {
+  // Short of memory, each allocation evicts a buffer of its size: once the victim's copy is
+  // out, its physical memory is the new buffer's, with no cuMemCreate or cuMemRelease (a
+  // caching allocator's reuse), and what the process holds on the device stays within the
+  // budget. An allocation of twice the size gives the pooled memory of the wrong size back to
+  // the device first, and only then asks for its own. Sizes of one and three granules.
+  for (uint64_t granules : {1ull, 3ull}) {
+    SCOPED_TRACE(granules);
+    const uint64_t size = granules * kBuffer;
+    const uint64_t budget = 4 * size;
+    const uint64_t othersHeld = fakeDriverLog().heldBytes;  // by the tests before
+    auto r = residencyFor(budget);
+    std::vector<CUdeviceptr> used;
+    auto allocateAndUse = [&](uint64_t bytes) {
+      CUdeviceptr address = 0;
+      ASSERT_EQ(r->allocate(bytes, &address), CUDA_SUCCESS);
+      ASSERT_EQ(prepare(*r, kStream, {address}), CUDA_SUCCESS);
+      r->releaseHeld();
+      used.push_back(address);
+    };
+    // Past the first shortages: the first probes the link with memory of its own, given back
+    // once its copies are timed.
+    for (int i = 0; i < 6; ++i) allocateAndUse(size);
+    fakeDriverLog().reset(true);
+    const Stats before = r->stats();
+    for (int i = 0; i < 6; ++i) allocateAndUse(size);
+    const Stats after = r->stats();
+    EXPECT_EQ(after.evictions - before.evictions, 6u);
+    EXPECT_EQ(after.physicalCreates, before.physicalCreates);
+    EXPECT_EQ(after.physicalReleases, before.physicalReleases);
+    EXPECT_LE(fakeDriverLog().peakHeldBytes - othersHeld, budget);
+    allocateAndUse(2 * size);
+    const Stats last = r->stats();
+    EXPECT_EQ(last.evictions - after.evictions, 2u);
+    EXPECT_EQ(last.physicalReleases - after.physicalReleases, 2u);
+    EXPECT_EQ(last.physicalCreates - after.physicalCreates, 1u);
+    EXPECT_LE(fakeDriverLog().peakHeldBytes - othersHeld, budget);
+    EXPECT_EQ(last.overBudgetAllocations, 0u);
+    EXPECT_EQ(last.overBudgetLaunches, 0u);
+    fakeDriverLog().reset(false);
+  }
+}
+
+// LRU, and the prefetches a test names (by the order of allocation), each asked for once.
+class NamedPrefetches : public policy::LruPolicy {
+ public:
+  using LruPolicy::LruPolicy;
+  void onAlloc(policy::BufferId id, uint64_t bytes, int64_t now) override {
+    ids.push_back(id);
+    LruPolicy::onAlloc(id, bytes, now);
+  }
+  size_t choosePrefetches(const policy::PrefetchRequest&, std::span<policy::Prefetch> out) override {
+    size_t count = 0;
+    for (size_t allocation : wanted)
+      if (count < out.size()) out[count++].id = ids[allocation];
+    wanted.clear();
+    return count;
+  }
+  std::vector<policy::BufferId> ids;
+  std::vector<size_t> wanted;
+};
+
+TEST(ResidencyPool, APrefetchFindsRoomInFreedMemoryTheDeviceIsDoneWith) {
+  // A buffer of two granules is evicted; one granule of the budget is free, and a freed buffer
+  // of one granule whose work has passed holds another (kept mapped for an allocation of its
+  // size). The prefetch takes that granule back from it and goes ahead, and what the process
+  // holds on the device stays within the budget.
+  const uint64_t othersHeld = fakeDriverLog().heldBytes;  // by the tests before
+  const uint64_t budget = 6 * kBuffer;
+  auto owned = std::make_unique<NamedPrefetches>(policy::PolicyConfig{});
+  NamedPrefetches& policy = *owned;
+  auto r = residencyWith(std::move(owned), budget, /*prefetch=*/true);
+  std::vector<CUdeviceptr> b(5);
+  const uint64_t sizes[] = {2 * kBuffer, kBuffer, kBuffer, kBuffer, kBuffer};
+  for (int i = 0; i < 5; ++i) {  // the first is used first: the least recently used
+    ASSERT_EQ(r->allocate(sizes[i], &b[i]), CUDA_SUCCESS);
+    ASSERT_EQ(prepare(*r, kStream, {b[i]}), CUDA_SUCCESS);
+    r->releaseHeld();
+  }
+  CUdeviceptr freed = 0;
+  ASSERT_EQ(r->allocate(kBuffer, &freed), CUDA_SUCCESS);
+  ASSERT_EQ(r->stats().evictions, 1u);
+  ASSERT_EQ(prepare(*r, kStream, {freed}), CUDA_SUCCESS);
+  r->releaseHeld();
+  ASSERT_TRUE(r->free(freed));
+  // The first shortage probed the link with memory of its own: given back once timed.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(prepare(*r, kStream, {b[4]}), CUDA_SUCCESS);
+    r->releaseHeld();
+  }
+  fakeDriverLog().reset(true);
+  policy.wanted = {0};
+  ASSERT_EQ(prepare(*r, kStream, {b[4]}), CUDA_SUCCESS);
+  r->releaseHeld();
+  EXPECT_EQ(r->stats().prefetches, 1u);
+  EXPECT_EQ(fakeDriverLog().copiedIn.size(), 1u);
+  EXPECT_EQ(fakeDriverLog().unmapped.count(freed), 1u);
+  EXPECT_LE(fakeDriverLog().peakHeldBytes - othersHeld, budget);
+  EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
+  fakeDriverLog().reset(false);
+}
+
 // A chain of results, each computed from the one before; the first is an input (never
 // dropped). The callback of each re-runs its producer: one launch over its input and itself.
 struct ChainLink {
