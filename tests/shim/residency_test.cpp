@@ -918,13 +918,11 @@ TEST(ResidencyPool, AVictimsMemoryGoesToTheNextBufferOfItsSizeAsItIs) {
     const uint64_t budget = 4 * size;
     const uint64_t othersHeld = fakeDriverLog().heldBytes;  // by the tests before
     auto r = residencyFor(budget);
-    std::vector<CUdeviceptr> used;
     auto allocateAndUse = [&](uint64_t bytes) {
       CUdeviceptr address = 0;
       ASSERT_EQ(r->allocate(bytes, &address), CUDA_SUCCESS);
       ASSERT_EQ(prepare(*r, kStream, {address}), CUDA_SUCCESS);
       r->releaseHeld();
-      used.push_back(address);
     };
     // Past the first shortages: the first probes the link with memory of its own, given back
     // once its copies are timed.
