@@ -156,8 +156,8 @@ CUresult Residency::allocate(size_t bytes, CUdeviceptr* out) {
       return room;
     }
   }
-  // A pooled handle of its size is counted already.
-  const uint64_t adds = adopted == 0 && physical_.holds(mapped) ? 0 : mapped;
+  // A pooled handle of its size is counted already (one taken over was the quarantine's).
+  const uint64_t adds = added(mapped, /*onePiece=*/adopted == 0);
   if (deviceBytes() + adds > config_.budgetBytes) {
     stats_.overBudgetAllocations++;
     if (deviceBytes() + adds <= roomLimitLocked())
@@ -1086,7 +1086,7 @@ CUresult Residency::prepareLocked(std::unique_lock<std::mutex>& lock, CUstream s
       tStrictOverrun = true;
       result = CUDA_SUCCESS;
     }
-    const uint64_t adds = onePiece && physical_.holds(missing) ? 0 : missing;
+    const uint64_t adds = added(missing, onePiece);
     if (deviceBytes() + adds > config_.budgetBytes) {
       countedOverBudget = true;
       stats_.overBudgetLaunches++;
@@ -1257,9 +1257,7 @@ void Residency::prefetch(int64_t now) {
     if (!buffer.live || buffer.state != State::kEvicted || buffer.host == nullptr) continue;
     const uint64_t mapped = buffer.mappedBytes;
     if (!roomFor(mapped)) break;
-    // A pooled handle of its size is taken as it is; else other pooled memory goes first.
-    if (!physical_.holds(mapped) && deviceBytes() + mapped > limit)
-      physical_.trim(deviceBytes() + mapped - limit);
+    trimPoolFor(mapped, limit, /*onePiece=*/true);
     if (prefetchStream_ == nullptr &&
         api_.cuStreamCreate(&prefetchStream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
       return;

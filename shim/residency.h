@@ -518,6 +518,18 @@ class Residency {
   // right after: a pooled handle of that size is room already.
   CUresult makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, int64_t now,
                     uint32_t cause, bool onePiece = false);
+  // What `bytes` more take of the device: nothing for one piece (`onePiece`) of a size the pool
+  // holds, which PhysicalPool::acquire takes as it is.
+  uint64_t added(uint64_t bytes, bool onePiece) const {
+    return onePiece && physical_.holds(bytes) ? 0 : bytes;
+  }
+  // Pooled memory back to the device until `bytes` more fit under `limit` (`onePiece`: as
+  // added(); that size goes last): a handle kept is one the next buffer of its size takes
+  // without a driver call (cuMemCreate, cuMemRelease: a caching allocator avoids them too).
+  void trimPoolFor(uint64_t bytes, uint64_t limit, bool onePiece) {
+    const uint64_t held = deviceBytes() + added(bytes, onePiece);
+    if (held > limit && physical_.bytes() > 0) physical_.trim(held - limit, onePiece ? bytes : 0);
+  }
   // Evicts what the policy chooses, never `keep` nor held buffers, until `bytes` more fit under
   // `limit` or nothing more can go. True when everything fits. Pooled memory goes back to the
   // device first, only as far as needed (`onePiece`: as makeRoom).

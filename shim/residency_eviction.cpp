@@ -25,38 +25,30 @@ CUresult Residency::makeRoom(uint64_t bytes, const std::vector<uint32_t>& keep, 
   if (evictUntil(bytes, roomLimitLocked(), keep, now, cause, onePiece)) return CUDA_SUCCESS;
   // Strict mode fails what the budget cannot hold; below it, the device may still have room
   // that the ceiling, an estimate, does not count.
-  const uint64_t adds = onePiece && physical_.holds(bytes) ? 0 : bytes;
-  if (!config_.strict || deviceBytes() + adds <= config_.budgetBytes) return CUDA_SUCCESS;
+  if (!config_.strict || deviceBytes() + added(bytes, onePiece) <= config_.budgetBytes)
+    return CUDA_SUCCESS;
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint32_t> keep,
                            int64_t now, uint32_t cause, bool onePiece) {
-  // A pooled handle the caller takes adds nothing to what the device holds.
-  auto needed = [&] { return onePiece && physical_.holds(bytes) ? 0 : bytes; };
-  auto fits = [&] { return deviceBytes() + needed() <= limit; };
-  auto over = [&] { return deviceBytes() + needed() - limit; };
+  auto fits = [&] { return deviceBytes() + added(bytes, onePiece) <= limit; };
+  auto over = [&] { return deviceBytes() + added(bytes, onePiece) - limit; };
   if (fits()) return true;
-  // Pooled memory goes back to the device only as far as this needs: a handle kept is one the
-  // next buffer of its size takes without a driver call (cuMemCreate, cuMemRelease: a caching
-  // allocator avoids them too). The caller's own size goes last.
-  auto trimPool = [&] {
-    if (!fits() && physical_.bytes() > 0) physical_.trim(over(), onePiece ? bytes : 0);
-  };
   // Cheapest first: evictions already done, pooled memory, then freed memory the device is
   // done with (still mapped: an allocation of its size takes it as it is, so only what is
   // needed is unmapped), then freed memory it is not done with yet, the oldest first.
   if (!inFlight_.empty()) reclaimEvictions(false);
-  trimPool();
+  trimPoolFor(bytes, limit, onePiece);
   if (!fits() && !quarantine_.empty()) {
     reclaimQuarantine(false, over());
-    trimPool();
+    trimPoolFor(bytes, limit, onePiece);
   }
   if (!fits() && !quarantine_.empty()) {
     const int64_t waitStart = nowNs();
     reclaimQuarantine(true, over());
     stats_.stallNs += static_cast<uint64_t>(nowNs() - waitStart);
-    trimPool();
+    trimPoolFor(bytes, limit, onePiece);
   }
   // Never the work being prepared; work other threads prepared and have not enqueued yet is
   // found held by evict(), which adds it here.
@@ -94,7 +86,7 @@ bool Residency::evictUntil(uint64_t bytes, uint64_t limit, std::span<const uint3
     // Nothing more to start: wait for the oldest eviction in flight (a stall), or give up.
     if (inFlight_.empty()) break;
     reclaimEvictions(true);
-    trimPool();
+    trimPoolFor(bytes, limit, onePiece);
   }
   preferPassedUses_ = false;
   return fits();

@@ -876,34 +876,39 @@ TEST(ResidencyQuarantine, AHostThatNeedsRoomWaitsForTheOldestFreesOnly) {
 }
 
 TEST(ResidencyQuarantine, RoomTakesFromFreedBuffersOnlyWhatItNeedsTheRestStaysMapped) {
-  // Two freed buffers the device is done with, of two granules and then of one; an allocation
-  // of three granules needs two back: the older one is unmapped, the newer stays as it is, and
-  // the next allocation of its size takes it with its address. Unmapping it too would have
-  // cost that allocation a new mapping.
-  const uint64_t othersHeld = fakeDriverLog().heldBytes;  // by the tests before
-  auto r = residencyFor(7 * kBuffer);
-  CUdeviceptr one = 0, two = 0, three = 0;
-  ASSERT_EQ(r->allocate(kBuffer, &one), CUDA_SUCCESS);
-  ASSERT_EQ(r->allocate(2 * kBuffer, &two), CUDA_SUCCESS);
-  ASSERT_EQ(r->allocate(3 * kBuffer, &three), CUDA_SUCCESS);
-  fakeDriverLog().reset(true);
-  for (CUdeviceptr address : {one, two, three}) {
-    ASSERT_EQ(prepare(*r, kStream, {address}), CUDA_SUCCESS);
-    r->releaseHeld();
+  // Two freed buffers the device is done with, of two units and then of one; an allocation of
+  // three units needs two back: the older one is unmapped, the newer stays as it is, and the
+  // next allocation of its size takes it with its address. Unmapping it too would have cost
+  // that allocation a new mapping. Units of one and three granules.
+  for (uint64_t granules : {1ull, 3ull}) {
+    SCOPED_TRACE(granules);
+    const uint64_t unit = granules * kBuffer;
+    const uint64_t othersHeld = fakeDriverLog().heldBytes;  // by the tests before
+    auto r = residencyFor(7 * unit);
+    CUdeviceptr one = 0, two = 0, three = 0;
+    ASSERT_EQ(r->allocate(unit, &one), CUDA_SUCCESS);
+    ASSERT_EQ(r->allocate(2 * unit, &two), CUDA_SUCCESS);
+    ASSERT_EQ(r->allocate(3 * unit, &three), CUDA_SUCCESS);
+    fakeDriverLog().reset(true);
+    for (CUdeviceptr address : {one, two, three}) {
+      ASSERT_EQ(prepare(*r, kStream, {address}), CUDA_SUCCESS);
+      r->releaseHeld();
+    }
+    ASSERT_TRUE(r->free(two));
+    ASSERT_TRUE(r->free(one));
+    CUdeviceptr big = 0;
+    ASSERT_EQ(r->allocate(3 * unit, &big), CUDA_SUCCESS);
+    EXPECT_EQ(fakeDriverLog().unmapped.count(two), 1u);
+    EXPECT_EQ(fakeDriverLog().unmapped.count(one), 0u) << "unmapped though not needed";
+    const uint64_t reused = r->stats().reusedFrees;
+    CUdeviceptr again = 0;
+    ASSERT_EQ(r->allocate(unit, &again), CUDA_SUCCESS);
+    EXPECT_EQ(again, one);
+    EXPECT_EQ(r->stats().reusedFrees, reused + 1);
+    EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
+    EXPECT_LE(fakeDriverLog().peakHeldBytes - othersHeld, 7 * unit);
+    fakeDriverLog().reset(false);
   }
-  ASSERT_TRUE(r->free(two));
-  ASSERT_TRUE(r->free(one));
-  CUdeviceptr big = 0;
-  ASSERT_EQ(r->allocate(3 * kBuffer, &big), CUDA_SUCCESS);
-  EXPECT_EQ(fakeDriverLog().unmapped.count(two), 1u);
-  EXPECT_EQ(fakeDriverLog().unmapped.count(one), 0u) << "unmapped though not needed";
-  const uint64_t reused = r->stats().reusedFrees;
-  CUdeviceptr again = 0;
-  ASSERT_EQ(r->allocate(kBuffer, &again), CUDA_SUCCESS);
-  EXPECT_EQ(again, one);
-  EXPECT_EQ(r->stats().reusedFrees, reused + 1);
-  EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
-  EXPECT_LE(fakeDriverLog().peakHeldBytes - othersHeld, 7 * kBuffer);
 }
 
 TEST(ResidencyPool, AVictimsMemoryGoesToTheNextBufferOfItsSizeAsItIs) {
@@ -967,43 +972,47 @@ class NamedPrefetches : public policy::LruPolicy {
 };
 
 TEST(ResidencyPool, APrefetchFindsRoomInFreedMemoryTheDeviceIsDoneWith) {
-  // A buffer of two granules is evicted; one granule of the budget is free, and a freed buffer
-  // of one granule whose work has passed holds another (kept mapped for an allocation of its
-  // size). The prefetch takes that granule back from it and goes ahead, and what the process
-  // holds on the device stays within the budget.
-  const uint64_t othersHeld = fakeDriverLog().heldBytes;  // by the tests before
-  const uint64_t budget = 6 * kBuffer;
-  auto owned = std::make_unique<NamedPrefetches>(policy::PolicyConfig{});
-  NamedPrefetches& policy = *owned;
-  auto r = residencyWith(std::move(owned), budget, /*prefetch=*/true);
-  std::vector<CUdeviceptr> b(5);
-  const uint64_t sizes[] = {2 * kBuffer, kBuffer, kBuffer, kBuffer, kBuffer};
-  for (int i = 0; i < 5; ++i) {  // the first is used first: the least recently used
-    ASSERT_EQ(r->allocate(sizes[i], &b[i]), CUDA_SUCCESS);
-    ASSERT_EQ(prepare(*r, kStream, {b[i]}), CUDA_SUCCESS);
+  // A buffer of two units is evicted; one unit of the budget is free, and a freed buffer of
+  // one unit whose work has passed holds another (kept mapped for an allocation of its size).
+  // The prefetch takes that unit back from it and goes ahead, and what the process holds on
+  // the device stays within the budget. Units of one and three granules.
+  for (uint64_t granules : {1ull, 3ull}) {
+    SCOPED_TRACE(granules);
+    const uint64_t unit = granules * kBuffer;
+    const uint64_t othersHeld = fakeDriverLog().heldBytes;  // by the tests before
+    const uint64_t budget = 6 * unit;
+    auto owned = std::make_unique<NamedPrefetches>(policy::PolicyConfig{});
+    NamedPrefetches& policy = *owned;
+    auto r = residencyWith(std::move(owned), budget, /*prefetch=*/true);
+    std::vector<CUdeviceptr> b(5);
+    const uint64_t sizes[] = {2 * unit, unit, unit, unit, unit};
+    for (int i = 0; i < 5; ++i) {  // the first is used first: the least recently used
+      ASSERT_EQ(r->allocate(sizes[i], &b[i]), CUDA_SUCCESS);
+      ASSERT_EQ(prepare(*r, kStream, {b[i]}), CUDA_SUCCESS);
+      r->releaseHeld();
+    }
+    CUdeviceptr freed = 0;
+    ASSERT_EQ(r->allocate(unit, &freed), CUDA_SUCCESS);
+    ASSERT_EQ(r->stats().evictions, 1u);
+    ASSERT_EQ(prepare(*r, kStream, {freed}), CUDA_SUCCESS);
     r->releaseHeld();
-  }
-  CUdeviceptr freed = 0;
-  ASSERT_EQ(r->allocate(kBuffer, &freed), CUDA_SUCCESS);
-  ASSERT_EQ(r->stats().evictions, 1u);
-  ASSERT_EQ(prepare(*r, kStream, {freed}), CUDA_SUCCESS);
-  r->releaseHeld();
-  ASSERT_TRUE(r->free(freed));
-  // The first shortage probed the link with memory of its own: given back once timed.
-  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(r->free(freed));
+    // The first shortage probed the link with memory of its own: given back once timed.
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(prepare(*r, kStream, {b[4]}), CUDA_SUCCESS);
+      r->releaseHeld();
+    }
+    fakeDriverLog().reset(true);
+    policy.wanted = {0};
     ASSERT_EQ(prepare(*r, kStream, {b[4]}), CUDA_SUCCESS);
     r->releaseHeld();
+    EXPECT_EQ(r->stats().prefetches, 1u);
+    EXPECT_EQ(fakeDriverLog().copiedIn.size(), 1u);
+    EXPECT_EQ(fakeDriverLog().unmapped.count(freed), 1u);
+    EXPECT_LE(fakeDriverLog().peakHeldBytes - othersHeld, budget);
+    EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
+    fakeDriverLog().reset(false);
   }
-  fakeDriverLog().reset(true);
-  policy.wanted = {0};
-  ASSERT_EQ(prepare(*r, kStream, {b[4]}), CUDA_SUCCESS);
-  r->releaseHeld();
-  EXPECT_EQ(r->stats().prefetches, 1u);
-  EXPECT_EQ(fakeDriverLog().copiedIn.size(), 1u);
-  EXPECT_EQ(fakeDriverLog().unmapped.count(freed), 1u);
-  EXPECT_LE(fakeDriverLog().peakHeldBytes - othersHeld, budget);
-  EXPECT_EQ(r->stats().overBudgetAllocations, 0u);
-  fakeDriverLog().reset(false);
 }
 
 // A chain of results, each computed from the one before; the first is an input (never
