@@ -22,6 +22,7 @@
 // Cost: O(1) per report, O(launches) once per iteration timed.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -57,9 +58,16 @@ class AccessPattern {
   void relearnNext() { relearn_next_ = true; }
   // The learned iteration, timed as `offsets_ns` (UseSchedule::retime): what its launches are
   // expected to take from now on, when the caller knows better than the last iteration did.
-  bool retimeLearned(std::span<const std::int64_t> offsets_ns) {
+  // `waits_ns`: what each launch waited for in the run those times come from (deviceWaits of
+  // that run); without them, none is known until the device times an iteration again.
+  bool retimeLearned(std::span<const std::int64_t> offsets_ns, std::span<const std::int64_t> waits_ns = {}) {
     device_waits_valid_ = false;  // times of another run than the device's
-    return learned_->retime(offsets_ns);
+    if (!learned_->retime(offsets_ns)) return false;
+    if (waits_ns.size() == learned_->length() && waits_ns.size() <= device_waits_.size()) {
+      std::copy(waits_ns.begin(), waits_ns.end(), device_waits_.begin());
+      device_waits_valid_ = true;
+    }
+    return true;
   }
   // The `launch`-th onLaunch (from 0) ran on the device from `device_start_ns` (after what it
   // waited for) to `device_end_ns`. True when this report completed an iteration whose times

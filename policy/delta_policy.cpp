@@ -318,7 +318,7 @@ void DeltaPolicy::applyPlan(Plan&& plan, bool replayed, bool current) {
   // measured worse (the sample at 12 GB/s; DenseNet-121).
   const bool new_mode = activeMode() != before;
   if (replayed && current && (new_mode || !changed) &&
-      pattern_.retimeLearned(plan_.learned_offsets_ns)) {
+      pattern_.retimeLearned(plan_.learned_offsets_ns, plan_.learned_waits_ns)) {
     adoptOutcomes(plan_.outcomes);
     return;
   }
@@ -495,7 +495,8 @@ std::size_t DeltaPolicy::choosePrefetches(const PrefetchRequest& request, std::s
   // it has nothing to prefetch). Measured: DenseNet-121 30 %/12 GB/s 142.9 -> 138.0 %
   // (docs/policy.md).
   if (swapped_count_ == 0) return 0;
-  return Prefetcher::choose(pattern_.schedule(), pattern_.position(), table_, costs_, request, out);
+  return Prefetcher::choose(pattern_.schedule(), pattern_.position(), table_, costs_, request, out,
+                            pattern_.deviceWaits());
 }
 
 std::uint64_t DeltaPolicy::upcomingBytes(std::int64_t, std::int64_t& need_at_ns) const {

@@ -137,11 +137,16 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
   options.budget_bytes = budget_bytes;
   options.h2d_gbps = costs.bytesPerNs(Direction::kHostToDevice);
   options.d2h_gbps = costs.bytesPerNs(Direction::kDeviceToHost);
-  // Three iterations, the last measured: one to learn the pattern (run as configured, as delta
-  // did, or fresh in the candidate's mode), one run the planned way (learned again for its times
-  // when switched to), then the one that counts.
+  // Three iterations: one to learn the pattern (run as configured, as delta did, or fresh in the
+  // candidate's mode), one run the planned way (learned again for its times when switched to),
+  // then the one predicted, where an adopted plan starts. Candidates are ranked by the last two
+  // together: a mode whose iterations alternate (the state one leaves shapes the next) runs
+  // either, and which one a run enters the planner cannot tell. Ranked by the last alone, a
+  // training loop of 8 layers at 12 GB/s chose mixed for its replayed 44.4 ms (unplanned, its
+  // iterations run 53.6, 45.2, 46.8, 53.0 ms) and ran 54.0 ms every iteration once adopted
+  // (docs/policy.md, *Where delta's regret at 50 GB/s comes from*).
   options.iterations = 3;
-  options.warmup = 2;
+  options.warmup = 1;
   PolicyConfig config = policyConfigFor(workload, options);
   config.budget_bytes = 0;  // the replays do not plan in turn
   Simulator sim(workload, options);
@@ -176,11 +181,12 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
         const SimResult r = sim.run(policy);
         const int s = static_cast<int>(start), m = static_cast<int>(mode), wi = static_cast<int>(window);
         if (r.gave_up) {
-          plan.predicted_ns[s][m][wi] = Plan::kGaveUp;
+          plan.predicted_ns[s][m][wi] = plan.ranked_ns[s][m][wi] = Plan::kGaveUp;
           continue;
         }
         shortest_run_ns = shortest_run_ns > 0 ? std::min(shortest_run_ns, r.run_ns) : r.run_ns;
-        plan.predicted_ns[s][m][wi] = r.total_ns;
+        plan.predicted_ns[s][m][wi] = r.last_iteration_ns;
+        plan.ranked_ns[s][m][wi] = r.total_ns;
         plan.over_budget_ops[s][m][wi] = r.over_budget_ops;
         // A tie of predicted iterations goes to the cheaper whole replay, the way there: LSTM
         // at 70 %/50 GB/s predicted mixed and recompute-only alike and ran mixed at 2.47 %
@@ -202,6 +208,8 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
             plan.learned_offsets_ns.push_back(learned.offsetNs(pos));
           }
         }
+        const std::span<const std::int64_t> waits = policy.pattern().deviceWaits();
+        plan.learned_waits_ns.assign(waits.begin(), waits.end());
         plan.outcomes = policy.measuredOutcomes();
       }
     }

@@ -93,6 +93,10 @@ struct Plan {
   static constexpr std::int64_t kGaveUp = -2;
   std::int64_t predicted_ns[2][3][Prefetcher::kWindows] = {{{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}},
                                                           {{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}}};
+  // What candidates are ranked by: the two iterations after learning together, the predicted
+  // one and the one before it (Planner::choose); as predicted_ns where not replayed.
+  std::int64_t ranked_ns[2][3][Prefetcher::kWindows] = {{{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}},
+                                                       {{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}}};
   std::uint64_t over_budget_ops[2][3][Prefetcher::kWindows] = {};  // ops the replay ran over the budget
   std::int64_t chosenNs() const {
     return predicted_ns[static_cast<int>(start)][static_cast<int>(mode)][static_cast<int>(window)];
@@ -102,6 +106,9 @@ struct Plan {
   // launch's time offset, then the duration; empty when not planned), and what the replay had
   // measured of the new mode's actions (at the end of the run: as good an estimate).
   std::vector<std::int64_t> learned_offsets_ns;
+  // What each launch of that iteration waited for, as the replay's device reported it (empty
+  // when not known): the prefetcher times restores without them (Prefetcher::choose).
+  std::vector<std::int64_t> learned_waits_ns;
   MeasuredOutcomes outcomes;
 
   // The chosen candidate as `replay` prints it: the mode, "/net" when room is made ahead by

@@ -31,7 +31,8 @@ void walk(const UseSchedule& schedule, std::uint32_t position, std::uint32_t max
 
 std::size_t Prefetcher::choose(const UseSchedule& schedule, std::uint32_t position,
                                const BufferTable& table, const CostModel& costs,
-                               const PrefetchRequest& request, std::span<Prefetch> out) {
+                               const PrefetchRequest& request, std::span<Prefetch> out,
+                               std::span<const std::int64_t> waits) {
   std::size_t n = 0;
   // The next decision point is the next launch: anything that would be late if started then
   // must start now.
@@ -39,8 +40,11 @@ std::size_t Prefetcher::choose(const UseSchedule& schedule, std::uint32_t positi
   const std::int64_t gap =
       std::max<std::int64_t>(0, schedule.offsetNs(p0 + 1) - schedule.offsetNs(p0));
   std::int64_t queue_end = std::max<std::int64_t>(0, request.h2d_busy_until_ns - request.now_ns);
-  walk(schedule, position, kMaxScan, [&](std::uint32_t q, std::int64_t due) {
-    if (due > queue_end + gap && due - queue_end - gap > schedule.durationNs()) return false;
+  // What the launches from the next one to q waited for, as the device ran them last.
+  std::int64_t waited = 0;
+  walk(schedule, position, kMaxScan, [&](std::uint32_t q, std::int64_t learned_due) {
+    if (learned_due > queue_end + gap && learned_due - queue_end - gap > schedule.durationNs()) return false;
+    if (q != p0 && q < waits.size() && waits[q] > 0) waited += waits[q];
     for (BufferId id : schedule.buffersAt(q)) {
       if (!table.valid(id)) continue;
       const BufferState& s = table[id];
@@ -49,6 +53,14 @@ std::size_t Prefetcher::choose(const UseSchedule& schedule, std::uint32_t positi
       for (std::size_t i = 0; i < n; ++i) seen = seen || out[i].id == id;
       if (seen) continue;
       const std::int64_t h2d = costs.transferNs(Direction::kHostToDevice, s.bytes);
+      // A restore the link would start at once is timed by when its use comes without the
+      // waits the learned times keep: they hold the use's wait for this very restore, last
+      // time it was late, and timed by them it is late by as much again, every iteration. One
+      // that queues behind others keeps the learned time: there the waits are the link's
+      // load, and starting it earlier only holds its memory longer (at 12 GB/s, every wait
+      // taken out made the synthetic sample 20 % slower; docs/policy.md, *Where delta's regret
+      // at 50 GB/s comes from*).
+      const std::int64_t due = queue_end <= 0 ? learned_due - waited : learned_due;
       if (due - (queue_end + h2d) > gap) continue;  // not yet: still on time at the next launch
       out[n++] = {id, due};
       queue_end += h2d;

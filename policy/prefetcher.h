@@ -17,9 +17,13 @@ namespace delta::policy {
 
 class Prefetcher {
  public:
+  // `waits`: how long the device stood before each launch of the learned iteration
+  // (AccessPattern::deviceWaits; empty when not known): a restore the link would start at once
+  // is timed without them.
   static std::size_t choose(const UseSchedule& schedule, std::uint32_t position,
                             const BufferTable& table, const CostModel& costs,
-                            const PrefetchRequest& request, std::span<Prefetch> out);
+                            const PrefetchRequest& request, std::span<Prefetch> out,
+                            std::span<const std::int64_t> waits = {});
 
   // What sets the length of upcomingBytes' window: copying out the gross bytes counted so far
   // (every allocation, a restore at each use of a swapped buffer), or the net count itself

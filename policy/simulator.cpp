@@ -78,6 +78,7 @@ SimResult Simulator::run(Policy& policy) {
   }
   SimResult start{};
   std::int64_t t_start = 0;
+  std::int64_t t_last = 0;
   options_.iterations = std::max<std::uint32_t>(options_.iterations, 1);
   const std::uint32_t warmup = std::min(options_.warmup, options_.iterations - 1);
   for (std::uint32_t it = 0; it < options_.iterations; ++it) {
@@ -85,6 +86,7 @@ SimResult Simulator::run(Policy& policy) {
       start = r_;
       t_start = t_compute_;
     }
+    if (it + 1 == options_.iterations) t_last = t_compute_;
     if (options_.iteration_markers) policy.onIteration(t_compute_);
     servePlan();
     for (std::size_t i = 0; i < workload_.ops.size() && !r_.gave_up; ++i) {
@@ -100,6 +102,7 @@ SimResult Simulator::run(Policy& policy) {
   SimResult r = r_;
   r.total_ns = t_compute_ - t_start;
   r.run_ns = t_compute_;
+  r.last_iteration_ns = r.gave_up ? 0 : t_compute_ - t_last;
   r.compute_ns = workload_.computeNs() * measured;
   r.recompute_ns -= start.recompute_ns;
   r.h2d_bytes -= start.h2d_bytes;

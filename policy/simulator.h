@@ -66,6 +66,7 @@ struct SimResult {
   std::uint64_t over_budget_ops = 0;
   std::uint64_t used_while_evicted = 0;  // invariant: always 0
   std::int64_t run_ns = 0;        // the whole run, warm-up included
+  std::int64_t last_iteration_ns = 0;  // the last iteration alone
   bool gave_up = false;           // stopped at give_up_after_ns: the other figures are partial
 };
 

@@ -419,6 +419,82 @@ INSTANTIATE_TEST_SUITE_P(
         UpcomingCase{"never_negative", {Now::kResident}, {{0, {0}, {0}}, {0, {}, {}}, {0, {}, {}}, {0, {}, {}}}, 0}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// A swapped buffer (id 1) used at launch `use` of launches `step` apart, as learned with
+// `wait` before launch `use - waited_before` (the device stood that long there last
+// iteration: for the use itself, its wait for this very restore).
+struct LateRestoreCase {
+  const char* name;
+  std::int64_t step;
+  std::int64_t wait;
+  std::uint32_t waited_before;  // 0: the use waited; 1: the launch before it
+};
+
+class LateRestore : public ::testing::TestWithParam<LateRestoreCase> {};
+
+TEST_P(LateRestore, ARestoreTheLinkWouldStartAtOnceIsTimedWithoutTheLearnedWaits) {
+  const LateRestoreCase& c = GetParam();
+  constexpr std::uint32_t kLaunches = 8;
+  constexpr std::uint32_t kUse = 5;
+  constexpr BufferId kSwapped = 1;
+  // Decided at `decide`, the next decision comes one step later. The restore takes long enough
+  // that by the learned times it can wait for that (the wait makes the use look later) and by
+  // the times without the wait it cannot.
+  const std::uint32_t decide = kUse - c.waited_before - 2;
+  const auto h2d = static_cast<std::int64_t>(kUse - decide - 1) * c.step + c.wait / 2;
+  auto scheduleWithWaitAt = [&](std::uint32_t waited) {
+    UseSchedule schedule;
+    schedule.reserve(4, 16, 32);
+    std::int64_t t = 0;
+    for (std::uint32_t q = 0; q < kLaunches; ++q) {
+      if (q == waited) t += c.wait;
+      const BufferId uses[] = {q == kUse ? kSwapped : BufferId{0}};
+      schedule.addLaunch(t, 0, uses);
+      t += c.step;
+    }
+    schedule.finish(t);
+    return schedule;
+  };
+  BufferTable table(4);
+  table.allocate(0, 1, 0);
+  table.allocate(kSwapped, static_cast<std::uint64_t>(h2d), 0);  // 1 byte/ns: bytes are ns
+  table.setResident(kSwapped, false);
+  table[kSwapped].evicted_by = Action::kSwap;
+  const CostModel link(1.0, 1.0);
+  std::array<Prefetch, 4> out{};
+  constexpr std::int64_t kNow = 1'000'000'000;
+
+  const std::uint32_t waited = kUse - c.waited_before;
+  std::vector<std::int64_t> waits(kLaunches, 0);
+  waits[waited] = c.wait;
+  const UseSchedule schedule = scheduleWithWaitAt(waited);
+  const std::int64_t learned_due = schedule.offsetNs(kUse) - schedule.offsetNs(decide);
+  // Without the waits, the learned time says the next decision is soon enough.
+  EXPECT_EQ(Prefetcher::choose(schedule, decide, table, link, {kNow, kNow}, out), 0u);
+  // With them, a restore the idle link would start now starts now, due when the use comes
+  // if the wait does not come round again.
+  ASSERT_EQ(Prefetcher::choose(schedule, decide, table, link, {kNow, kNow}, out, waits), 1u);
+  EXPECT_EQ(out[0].id, kSwapped);
+  EXPECT_EQ(out[0].due_ns, learned_due - c.wait);
+  // Behind a restore already on the link, the learned time stands: there the waits are the
+  // link's load, and starting early only holds the memory longer.
+  EXPECT_EQ(Prefetcher::choose(schedule, decide, table, link, {kNow, kNow + c.wait / 4}, out, waits), 0u);
+  // A wait after the use changes nothing: the time to the use is the learned one.
+  std::vector<std::int64_t> later(kLaunches, 0);
+  later[kUse + 1] = c.wait;
+  const UseSchedule waited_later = scheduleWithWaitAt(kUse + 1);
+  ASSERT_EQ(Prefetcher::choose(waited_later, decide, table, link, {kNow, kNow}, out, later), 1u);
+  EXPECT_EQ(out[0].due_ns, waited_later.offsetNs(kUse) - waited_later.offsetNs(decide));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, LateRestore,
+    ::testing::Values(LateRestoreCase{"use_waited_1ms_steps", kMs, kMs, 0},
+                      LateRestoreCase{"use_waited_long_after_short_steps", kMs / 5, 3 * kMs, 0},
+                      LateRestoreCase{"use_waited_briefly_after_long_steps", 2 * kMs, kMs / 2, 0},
+                      LateRestoreCase{"launch_before_waited_1ms_steps", kMs, kMs, 1},
+                      LateRestoreCase{"launch_before_waited_long_after_short_steps", kMs / 5, 3 * kMs, 1}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 TEST(AccessPattern, WhatWasAllocatedBeforeTheFirstIterationIsNotItsFirstLaunchs) {
   // The program's setup (weights, optimiser state) is allocated once, before training: not an
   // allocation every iteration makes at its first launch (counted so, every iteration's end
