@@ -226,6 +226,11 @@ TEST(PlannerChoose, KeepsTheFastestCandidateAndIsDeterministic) {
           }
         }
       }
+      // The chosen replay's times come with its device's waits, one per launch, for delta to
+      // time its restores by as the replay did.
+      if (!p.learned_offsets_ns.empty()) {
+        EXPECT_EQ(p.learned_waits_ns.size() + 1, p.learned_offsets_ns.size()) << where;
+      }
       const Plan again = Planner::choose(w, budget, CostModel(gbps, gbps));
       EXPECT_EQ(again.mode, p.mode) << where;
       EXPECT_EQ(again.window, p.window) << where;

@@ -725,6 +725,15 @@ TEST(AccessPattern, DeviceWaitsAreOnlyThoseOfTheDevicesTimesOfTheLearnedIteratio
       for (std::uint32_t p = 0; p <= length; ++p) offsets[p] = 2 * static_cast<std::int64_t>(p) * 1000;
       ASSERT_TRUE(run.pattern.retimeLearned(offsets));
       EXPECT_TRUE(run.pattern.deviceWaits().empty());
+      // Times with the waits of the run they come from (a plan's replay): those waits.
+      std::vector<std::int64_t> replayed(length);
+      for (std::uint32_t p = 0; p < length; ++p) replayed[p] = p % 2 == 0 ? wait + 7 : 0;
+      ASSERT_TRUE(run.pattern.retimeLearned(offsets, replayed));
+      ASSERT_EQ(run.pattern.deviceWaits().size(), length);
+      for (std::uint32_t p = 0; p < length; ++p) EXPECT_EQ(run.pattern.deviceWaits()[p], replayed[p]) << p;
+      // Waits of another length than the iteration's are no one's: none.
+      ASSERT_TRUE(run.pattern.retimeLearned(offsets, std::span(replayed).first(length - 1)));
+      EXPECT_TRUE(run.pattern.deviceWaits().empty());
       // Timed again by the device (the next repeat, launches 2 * length on): there again.
       run.iteration(length);
       run.pattern.onIteration(run.host_ns);

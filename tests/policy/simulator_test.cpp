@@ -121,6 +121,29 @@ Workload recomputeWins() {
   return b.take();
 }
 
+TEST(Simulator, TheLastIterationIsTimedAloneAsWell) {
+  // The planner ranks by the measured iterations together and predicts the last one alone.
+  for (std::uint32_t layers : {4u, 8u}) {
+    const Workload w = trainingWorkload(layers, 64 * kMiB, 1'000'000);
+    for (const char* policy : {"lru", "delta"}) {
+      for (std::uint32_t iterations : {2u, 3u, 4u}) {
+        SCOPED_TRACE(::testing::Message() << layers << " layers, " << policy << ", " << iterations);
+        SimOptions o;
+        o.budget_bytes = w.peakBytes() / 2;
+        o.iterations = iterations;
+        o.warmup = iterations - 1;
+        const SimResult last = replay(w, policy, o);
+        EXPECT_EQ(last.last_iteration_ns, last.total_ns);  // the only one measured
+        o.warmup = 0;
+        const SimResult all = replay(w, policy, o);
+        EXPECT_EQ(all.last_iteration_ns, last.total_ns);  // the same run, measured from the start
+        EXPECT_GE(all.last_iteration_ns, w.computeNs());
+        EXPECT_LT(all.last_iteration_ns, all.total_ns);
+      }
+    }
+  }
+}
+
 TEST(Simulator, GivesUpOnlyPastItsLimit) {
   const Workload w = trainingWorkload(6, 64 * kMiB, 1'000'000);
   SimOptions o;
