@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <iterator>
 
+#include <time.h>
+
 #include "shim/background_thread.h"
 #include "shim/log.h"
 #include "shim/reentry_guard.h"
@@ -67,6 +69,12 @@ constexpr uint64_t kSmallestChunk = 32ull << 20;
 constexpr uint64_t kLargestChunk = 512ull << 20;
 
 uint64_t roundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
+
+int64_t monotonicNs() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
 }  // namespace
 
 uint64_t HostPool::chunkBytes(uint64_t bytes, uint64_t pinnedBytes) {
@@ -78,20 +86,26 @@ void* HostPool::take(uint64_t bytes, bool* pinned) {
   const uint64_t need = roundUp(std::max<uint64_t>(bytes, 1), kHostAlignment);
   if (grower_.ready()) adoptGrown();
   auto fit = freeBySize_.lower_bound({need, 0});
-  // No room: the chunk in flight, if any, is the quickest to come.
+  // No room: the chunk in flight, if any, unless this block alone is pinned sooner (then the
+  // chunk still comes, for the blocks after this one).
+  bool onlyThis = false;
   if (fit == freeBySize_.end() && grower_.busy()) {
-    adoptGrown();
-    fit = freeBySize_.lower_bound({need, 0});
+    onlyThis = pinningIsSooner(need);
+    if (!onlyThis) {
+      adoptGrown();
+      fit = freeBySize_.lower_bound({need, 0});
+    }
   }
   if (fit == freeBySize_.end() && pinnedBytes_ + need <= limit_) {
     // A new chunk, as large as the growth rule and the limit allow; when the system will not
     // pin that much, just what this buffer needs.
-    uint64_t chunk = std::min(chunkBytes(need, pinnedBytes_), limit_ - pinnedBytes_);
+    uint64_t chunk = std::min(onlyThis ? roundUp(need, kChunkGranularity) : chunkBytes(need, pinnedBytes_),
+                              limit_ - pinnedBytes_);
     void* host = nullptr;
-    CUresult result = api_.cuMemHostAlloc(&host, chunk, 0);
+    CUresult result = pin(&host, chunk);
     if (result != CUDA_SUCCESS && chunk > need) {
       chunk = need;
-      result = api_.cuMemHostAlloc(&host, chunk, 0);
+      result = pin(&host, chunk);
     }
     if (result == CUDA_SUCCESS) {
       addChunk(host, chunk);
@@ -120,13 +134,41 @@ void HostPool::addChunk(void* host, uint64_t bytes) {
 
 void HostPool::adoptGrown() {
   uint64_t bytes = 0;
-  void* host = grower_.wait(&bytes);
+  int64_t pinNs = 0;
+  void* host = grower_.wait(&bytes, &pinNs);
   if (host == nullptr) {
     growthRefused_ = true;  // the system's limit, most likely: asking again would fail again
     return;
   }
+  if (pinNs > 0) {
+    timedPinBytes_ += bytes;
+    timedPinNs_ += pinNs;
+  }
   addChunk(host, bytes);
   chunksAhead_++;
+}
+
+CUresult HostPool::pin(void** host, uint64_t bytes) {
+  const int64_t start = monotonicNs();
+  const CUresult result = api_.cuMemHostAlloc(host, bytes, 0);
+  const int64_t took = monotonicNs() - start;
+  if (result == CUDA_SUCCESS && took > 0) {
+    timedPinBytes_ += bytes;
+    timedPinNs_ += took;
+  }
+  return result;
+}
+
+bool HostPool::pinningIsSooner(uint64_t bytes) const {
+  // Unmeasured, or pinning too quick for the rate to say anything (a wait then costs little
+  // anyway): the chunk in flight, as the one sure to come.
+  constexpr int64_t kMeasurablePinNs = 1000000;
+  if (timedPinBytes_ == 0 || timedPinNs_ < kMeasurablePinNs) return false;
+  const double nsPerByte = static_cast<double>(timedPinNs_) / static_cast<double>(timedPinBytes_);
+  const int64_t started = grower_.pinStartNs();
+  const double elapsed = started > 0 ? static_cast<double>(monotonicNs() - started) : 0.0;
+  const double chunkLeft = static_cast<double>(grower_.inFlightBytes()) * nsPerByte - elapsed;
+  return static_cast<double>(bytes) * nsPerByte < chunkLeft;
 }
 
 void HostPool::growAheadIfLow() {
@@ -160,18 +202,21 @@ bool PinnedGrower::request(CUcontext context, uint64_t bytes) {
   }
   context_ = context;
   asked_ = bytes;
+  inFlightBytes_ = bytes;
+  pinStartNs_.store(0, std::memory_order_release);
   busy_ = true;
   wake_.notify_all();  // the one condition serves both sides
   return true;
 }
 
-void* PinnedGrower::wait(uint64_t* bytes) {
+void* PinnedGrower::wait(uint64_t* bytes, int64_t* pinNs) {
   std::unique_lock lock(mutex_);
   wake_.wait(lock, [this] { return ready_.load(std::memory_order_relaxed); });
   ready_.store(false, std::memory_order_relaxed);
   busy_ = false;
   void* host = result_;
   *bytes = resultBytes_;
+  *pinNs = resultNs_;
   result_ = nullptr;
   return host;
 }
@@ -196,12 +241,16 @@ void PinnedGrower::run() {
       asked_ = 0;
     }
     void* host = nullptr;
+    const int64_t start = monotonicNs();
+    pinStartNs_.store(start, std::memory_order_release);
     if (api_.cuCtxSetCurrent(context) != CUDA_SUCCESS ||
         api_.cuMemHostAlloc(&host, bytes, 0) != CUDA_SUCCESS)
       host = nullptr;
+    const int64_t took = monotonicNs() - start;
     std::lock_guard lock(mutex_);
     result_ = host;
     resultBytes_ = host != nullptr ? bytes : 0;
+    resultNs_ = host != nullptr ? took : 0;
     ready_.store(true, std::memory_order_release);
     wake_.notify_all();
   }

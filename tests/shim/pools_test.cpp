@@ -2,12 +2,15 @@
 // can be told to refuse: physical handles reused by size and given back largest first, the
 // driver asked again after the pool is emptied when it is out of memory; pinned host blocks
 // carved from chunks that grow by half, best fit with coalescing, up to the limit, then pageable
-// memory, counted; events made once and reused.
+// memory, counted; a chunk pinned ahead waited for only when it comes sooner than a block of
+// one's own; events made once and reused.
 #include "shim/pools.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -37,8 +40,14 @@ struct FakeDriver {
   // another: the case where chunks must still not merge.
   uintptr_t nextHost = uintptr_t{1} << 44;
   std::map<uintptr_t, uint64_t> hostChunks;
+  int64_t pinNsPerMiB = 0;  // how long pinning takes (slept), per MiB
 };
 FakeDriver* gFake = nullptr;
+// The pinning thread's cuMemHostAlloc held until the test lets it go (at most 10 s).
+std::mutex gHoldMutex;
+std::condition_variable gHoldChanged;
+bool gHoldElsewhere = false;
+bool gHeldEntered = false;
 
 // Handles encode their size in the high bits, so that a release says what it gives back.
 CUresult fakeCreate(CUmemGenericAllocationHandle* handle, size_t bytes, const CUmemAllocationProp*,
@@ -62,8 +71,16 @@ std::mutex gFakeHostMutex;  // the pinning thread calls in too
 std::thread::id gTestThread;
 const CUcontext kContext = reinterpret_cast<CUcontext>(uintptr_t{0xc0});
 CUresult fakeHostAlloc(void** host, size_t bytes, unsigned) {
-  std::lock_guard lock(gFakeHostMutex);
   const bool elsewhere = std::this_thread::get_id() != gTestThread;
+  if (elsewhere) {
+    std::unique_lock hold(gHoldMutex);
+    gHeldEntered = gHoldElsewhere;
+    gHoldChanged.notify_all();
+    gHoldChanged.wait_for(hold, std::chrono::seconds(10), [] { return !gHoldElsewhere; });
+  }
+  if (gFake->pinNsPerMiB > 0)
+    std::this_thread::sleep_for(std::chrono::nanoseconds(gFake->pinNsPerMiB * static_cast<int64_t>(bytes >> 20)));
+  std::lock_guard lock(gFakeHostMutex);
   if (gFake->refuseHost || (elsewhere && gFake->refuseHostElsewhere)) return CUDA_ERROR_OUT_OF_MEMORY;
   (elsewhere ? gFake->hostAllocsElsewhere : gFake->hostAllocs)++;
   gFake->hostChunks.emplace(gFake->nextHost, bytes);
@@ -329,7 +346,8 @@ TEST_F(Pools, PinnedMemoryStaysNearTheMostHeldAtOnceOverManyRounds) {
 
 // Growing ahead: once little is left free, the next chunk is pinned on the pool's own thread,
 // in the caller's context, and an eviction that finds no room waits for it rather than pinning
-// one of its own; only the very first chunk is pinned on demand.
+// one of its own (pinning here is too quick to measure); only the very first chunk is pinned on
+// demand.
 TEST_F(Pools, PinnedChunksAreMadeAheadOnAnotherThread) {
   withContexts();
   uint64_t adopted = 0;
@@ -352,6 +370,48 @@ TEST_F(Pools, PinnedChunksAreMadeAheadOnAnotherThread) {
   std::lock_guard lock(gFakeHostMutex);
   EXPECT_EQ(static_cast<uint64_t>(fake.hostFrees + 0), fake.hostAllocsElsewhere - adopted);
   EXPECT_LE(fake.hostFrees, 1);
+}
+
+// Pinning takes time here (0.1 ms per MiB): an eviction that finds no room while a large chunk is
+// being pinned ahead pins its own small block, which comes sooner; a chunk in flight for longer
+// than it should take is waited for instead, and taken.
+TEST_F(Pools, AnEvictionPinsItsOwnBlockWhenThatIsSoonerThanTheChunkInFlight) {
+  withContexts();
+  fake.pinNsPerMiB = 100000;
+  {
+    std::lock_guard hold(gHoldMutex);
+    gHoldElsewhere = true;
+    gHeldEntered = false;
+  }
+  HostPool host(api, 4096 * kMiB);
+  bool pinned = false;
+  // 600 MiB on demand (60 ms, the rate measured); nothing is left free, so 300 MiB are asked
+  // for ahead (about 30 ms at that rate), and held.
+  ASSERT_NE(host.take(600 * kMiB, &pinned), nullptr);
+  ASSERT_EQ(fake.hostAllocs, 1);
+  {
+    std::unique_lock hold(gHoldMutex);
+    ASSERT_TRUE(gHoldChanged.wait_for(hold, std::chrono::seconds(10), [] { return gHeldEntered; }));
+  }
+  // 2 MiB (0.2 ms) against what is left of 30 ms: pinned on demand, the chunk still held.
+  ASSERT_NE(host.take(2 * kMiB, &pinned), nullptr);
+  EXPECT_TRUE(pinned);
+  EXPECT_EQ(fake.hostAllocs, 2);
+  EXPECT_EQ(host.chunksPinnedAhead(), 0u);
+  // The chunk, held 100 ms, is late by its own rate: the next block waits for it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread release([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::lock_guard hold(gHoldMutex);
+    gHoldElsewhere = false;
+    gHoldChanged.notify_all();
+  });
+  ASSERT_NE(host.take(2 * kMiB, &pinned), nullptr);
+  release.join();
+  EXPECT_TRUE(pinned);
+  EXPECT_EQ(fake.hostAllocs, 2);
+  EXPECT_EQ(host.chunksPinnedAhead(), 1u);
+  EXPECT_EQ(host.pinnedBytes(), 902 * kMiB);
 }
 
 TEST_F(Pools, AChunkAheadRefusedLeavesPinningOnDemand) {
