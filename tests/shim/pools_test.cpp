@@ -384,6 +384,14 @@ TEST_F(Pools, AnEvictionPinsItsOwnBlockWhenThatIsSoonerThanTheChunkInFlight) {
     gHeldEntered = false;
   }
   HostPool host(api, 4096 * kMiB);
+  // Whatever fails, the held chunk is let go before the pool waits for its thread.
+  struct LetGo {
+    ~LetGo() {
+      std::lock_guard hold(gHoldMutex);
+      gHoldElsewhere = false;
+      gHoldChanged.notify_all();
+    }
+  } letGo;
   bool pinned = false;
   // 600 MiB on demand (60 ms, the rate measured); nothing is left free, so 300 MiB are asked
   // for ahead (about 30 ms at that rate), and held.
