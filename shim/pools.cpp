@@ -77,6 +77,8 @@ int64_t monotonicNs() {
 }
 }  // namespace
 
+int64_t HostPool::now() const { return clock_ ? clock_() : monotonicNs(); }
+
 uint64_t HostPool::chunkBytes(uint64_t bytes, uint64_t pinnedBytes) {
   const uint64_t growth = std::clamp(pinnedBytes / 2, kSmallestChunk, kLargestChunk);
   return roundUp(std::max(bytes, growth), kChunkGranularity);
@@ -149,9 +151,9 @@ void HostPool::adoptGrown() {
 }
 
 CUresult HostPool::pin(void** host, uint64_t bytes) {
-  const int64_t start = monotonicNs();
+  const int64_t start = now();
   const CUresult result = api_.cuMemHostAlloc(host, bytes, 0);
-  const int64_t took = monotonicNs() - start;
+  const int64_t took = now() - start;
   if (result == CUDA_SUCCESS && took > 0) {
     timedPinBytes_ += bytes;
     timedPinNs_ += took;
@@ -166,7 +168,7 @@ bool HostPool::pinningIsSooner(uint64_t bytes) const {
   if (timedPinBytes_ == 0 || timedPinNs_ < kMeasurablePinNs) return false;
   const double nsPerByte = static_cast<double>(timedPinNs_) / static_cast<double>(timedPinBytes_);
   const int64_t started = grower_.pinStartNs();
-  const double elapsed = started > 0 ? static_cast<double>(monotonicNs() - started) : 0.0;
+  const double elapsed = started > 0 ? static_cast<double>(now() - started) : 0.0;
   const double chunkLeft = static_cast<double>(grower_.inFlightBytes()) * nsPerByte - elapsed;
   return static_cast<double>(bytes) * nsPerByte < chunkLeft;
 }
@@ -241,12 +243,12 @@ void PinnedGrower::run() {
       asked_ = 0;
     }
     void* host = nullptr;
-    const int64_t start = monotonicNs();
+    const int64_t start = clock_ ? clock_() : monotonicNs();
     pinStartNs_.store(start, std::memory_order_release);
     if (api_.cuCtxSetCurrent(context) != CUDA_SUCCESS ||
         api_.cuMemHostAlloc(&host, bytes, 0) != CUDA_SUCCESS)
       host = nullptr;
-    const int64_t took = monotonicNs() - start;
+    const int64_t took = (clock_ ? clock_() : monotonicNs()) - start;
     std::lock_guard lock(mutex_);
     result_ = host;
     resultBytes_ = host != nullptr ? bytes : 0;

@@ -54,6 +54,9 @@ class PhysicalPool {
   uint64_t bytes_ = 0;
 };
 
+// Monotonic nanoseconds; pins are timed with it.
+using PinClock = int64_t (*)();
+
 // Pins one chunk of host memory at a time on a background thread, for HostPool to grow ahead of
 // need: pinning is slow (the driver locks and maps each page: tens of milliseconds for a large
 // chunk on a GPU machine, about a second for 384 MiB on this virtual machine), and done on the
@@ -64,7 +67,8 @@ class PhysicalPool {
 // destructor waits for a chunk in flight and gives back one never taken.
 class PinnedGrower {
  public:
-  explicit PinnedGrower(const DriverApi& api) : api_(api) {}
+  // `clock`: monotonic nanoseconds (a test's fake clock; nullptr: CLOCK_MONOTONIC).
+  PinnedGrower(const DriverApi& api, PinClock clock) : api_(api), clock_(clock) {}
   PinnedGrower(const PinnedGrower&) = delete;
   PinnedGrower& operator=(const PinnedGrower&) = delete;
   ~PinnedGrower();
@@ -86,6 +90,7 @@ class PinnedGrower {
   void run();
 
   const DriverApi& api_;
+  const PinClock clock_;
   std::mutex mutex_;
   std::condition_variable wake_;
   CUcontext context_ = nullptr;
@@ -124,8 +129,9 @@ class PinnedGrower {
 // test's fake) pins on demand only.
 class HostPool {
  public:
-  HostPool(const DriverApi& api, uint64_t pinnedLimitBytes)
-      : api_(api), limit_(pinnedLimitBytes), grower_(api) {}
+  // `clock`: how pins are timed (a test's fake clock; nullptr: CLOCK_MONOTONIC).
+  HostPool(const DriverApi& api, uint64_t pinnedLimitBytes, PinClock clock = nullptr)
+      : api_(api), limit_(pinnedLimitBytes), clock_(clock), grower_(api, clock) {}
   // At least `bytes` of host memory; give() it back. *pinned says which kind it is.
   void* take(uint64_t bytes, bool* pinned);
   void give(void* host, bool pinned);
@@ -150,8 +156,11 @@ class HostPool {
   bool pinningIsSooner(uint64_t bytes) const;
   void growAheadIfLow();
 
+  int64_t now() const;
+
   const DriverApi& api_;
   const uint64_t limit_;
+  const PinClock clock_;
   std::map<uintptr_t, uint64_t> chunks_;                // start -> bytes, as pinned
   std::map<uintptr_t, uint64_t> free_;                  // start -> bytes, address order
   std::set<std::pair<uint64_t, uintptr_t>> freeBySize_; // (bytes, start), for best fit

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -40,9 +41,13 @@ struct FakeDriver {
   // another: the case where chunks must still not merge.
   uintptr_t nextHost = uintptr_t{1} << 44;
   std::map<uintptr_t, uint64_t> hostChunks;
-  int64_t pinNsPerMiB = 0;  // how long pinning takes (slept), per MiB
+  int64_t pinNsPerMiB = 0;  // how far pinning moves the fake clock, per MiB
 };
 FakeDriver* gFake = nullptr;
+// The pools' clock: it moves only when a pin takes time (pinNsPerMiB) or a test moves it, so
+// that what the pool measures never depends on how loaded the machine is.
+std::atomic<int64_t> gFakeNowNs{1000000000};
+int64_t fakeClock() { return gFakeNowNs.load(); }
 // The pinning thread's cuMemHostAlloc held until the test lets it go (at most 10 s).
 std::mutex gHoldMutex;
 std::condition_variable gHoldChanged;
@@ -78,8 +83,7 @@ CUresult fakeHostAlloc(void** host, size_t bytes, unsigned) {
     gHoldChanged.notify_all();
     gHoldChanged.wait_for(hold, std::chrono::seconds(10), [] { return !gHoldElsewhere; });
   }
-  if (gFake->pinNsPerMiB > 0)
-    std::this_thread::sleep_for(std::chrono::nanoseconds(gFake->pinNsPerMiB * static_cast<int64_t>(bytes >> 20)));
+  if (gFake->pinNsPerMiB > 0) gFakeNowNs += gFake->pinNsPerMiB * static_cast<int64_t>(bytes >> 20);
   std::lock_guard lock(gFakeHostMutex);
   if (gFake->refuseHost || (elsewhere && gFake->refuseHostElsewhere)) return CUDA_ERROR_OUT_OF_MEMORY;
   (elsewhere ? gFake->hostAllocsElsewhere : gFake->hostAllocs)++;
@@ -187,7 +191,7 @@ TEST_F(Pools, AFullDeviceGetsThePoolBackBeforeTheDriverIsAskedAgain) {
 }
 
 TEST_F(Pools, HostMemoryIsPinnedUpToTheLimitThenPageableAndCounted) {
-  HostPool host(api, 8 * kMiB);
+  HostPool host(api, 8 * kMiB, fakeClock);
   bool pinned = false;
   void* a = host.take(4 * kMiB, &pinned);
   ASSERT_NE(a, nullptr);
@@ -206,7 +210,7 @@ TEST_F(Pools, HostMemoryIsPinnedUpToTheLimitThenPageableAndCounted) {
   EXPECT_TRUE(pinned);
   EXPECT_EQ(fake.hostAllocs, 1);
   // The system refusing pinned memory under the limit: pageable as well.
-  HostPool refused(api, 64 * kMiB);
+  HostPool refused(api, 64 * kMiB, fakeClock);
   fake.refuseHost = true;
   void* d = refused.take(2 * kMiB, &pinned);
   ASSERT_NE(d, nullptr);
@@ -222,7 +226,7 @@ TEST_F(Pools, PinnedChunksGrowByHalfOfWhatIsPinned) {
   EXPECT_EQ(HostPool::chunkBytes(1, 4096 * kMiB), 512 * kMiB);
   EXPECT_EQ(HostPool::chunkBytes(600 * kMiB, 0), 600 * kMiB);        // at least what is asked
   EXPECT_EQ(HostPool::chunkBytes(33 * kMiB + 1, 0), 34 * kMiB);      // in whole 2 MiB
-  HostPool host(api, 1024 * kMiB);
+  HostPool host(api, 1024 * kMiB, fakeClock);
   bool pinned = false;
   // 1 GiB in 1 MiB blocks: 32, 32, 32, 48, 72, 108, 162, 244 and 294 MiB chunks (the last
   // cut short by the limit), nine calls where a block each made 1,024.
@@ -237,7 +241,7 @@ TEST_F(Pools, PinnedChunksGrowByHalfOfWhatIsPinned) {
 }
 
 TEST_F(Pools, PinnedBlocksAreTheBestFitAndMergeWhenGivenBack) {
-  HostPool host(api, 1024 * kMiB);
+  HostPool host(api, 1024 * kMiB, fakeClock);
   bool pinned = false;
   void* a = host.take(8 * kMiB, &pinned);
   void* b = host.take(8 * kMiB, &pinned);
@@ -265,7 +269,7 @@ TEST_F(Pools, PinnedBlocksAreTheBestFitAndMergeWhenGivenBack) {
 }
 
 TEST_F(Pools, PinnedChunksSideBySideNeverMerge) {
-  HostPool host(api, 1024 * kMiB);
+  HostPool host(api, 1024 * kMiB, fakeClock);
   bool pinned = false;
   void* first = host.take(32 * kMiB, &pinned);
   void* second = host.take(32 * kMiB, &pinned);  // the fake puts it right after the first
@@ -288,7 +292,7 @@ TEST_F(Pools, PinnedMemoryStaysNearTheMostHeldAtOnceOverManyRounds) {
     FakeDriver fresh;
     fake = fresh;
     std::mt19937 random(seed);
-    HostPool host(api, 64ull * 1024 * kMiB);
+    HostPool host(api, 64ull * 1024 * kMiB, fakeClock);
     std::vector<uint64_t> sizes;
     for (int i = 0; i < 120; ++i)
       sizes.push_back((1 + random() % 40) * kMiB + (random() % 4) * 2 * kMiB / 3);
@@ -346,13 +350,13 @@ TEST_F(Pools, PinnedMemoryStaysNearTheMostHeldAtOnceOverManyRounds) {
 
 // Growing ahead: once little is left free, the next chunk is pinned on the pool's own thread,
 // in the caller's context, and an eviction that finds no room waits for it rather than pinning
-// one of its own (pinning here is too quick to measure); only the very first chunk is pinned on
+// one of its own (pinning takes no time by the fake clock); only the very first chunk is pinned on
 // demand.
 TEST_F(Pools, PinnedChunksAreMadeAheadOnAnotherThread) {
   withContexts();
   uint64_t adopted = 0;
   {
-    HostPool host(api, 4096 * kMiB);
+    HostPool host(api, 4096 * kMiB, fakeClock);
     bool pinned = false;
     std::vector<void*> blocks;
     for (int i = 0; i < 100; ++i) {
@@ -372,7 +376,7 @@ TEST_F(Pools, PinnedChunksAreMadeAheadOnAnotherThread) {
   EXPECT_LE(fake.hostFrees, 1);
 }
 
-// Pinning takes time here (0.1 ms per MiB): an eviction that finds no room while a large chunk is
+// Pinning takes time here (0.1 ms per MiB, by the fake clock): an eviction that finds no room while a large chunk is
 // being pinned ahead pins its own small block, which comes sooner; a chunk in flight for longer
 // than it should take is waited for instead, and taken.
 TEST_F(Pools, AnEvictionPinsItsOwnBlockWhenThatIsSoonerThanTheChunkInFlight) {
@@ -383,7 +387,7 @@ TEST_F(Pools, AnEvictionPinsItsOwnBlockWhenThatIsSoonerThanTheChunkInFlight) {
     gHoldElsewhere = true;
     gHeldEntered = false;
   }
-  HostPool host(api, 4096 * kMiB);
+  HostPool host(api, 4096 * kMiB, fakeClock);
   // Whatever fails, the held chunk is let go before the pool waits for its thread.
   struct LetGo {
     ~LetGo() {
@@ -407,7 +411,7 @@ TEST_F(Pools, AnEvictionPinsItsOwnBlockWhenThatIsSoonerThanTheChunkInFlight) {
   EXPECT_EQ(fake.hostAllocs, 2);
   EXPECT_EQ(host.chunksPinnedAhead(), 0u);
   // The chunk, held 100 ms, is late by its own rate: the next block waits for it.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  gFakeNowNs += 100000000;
   std::thread release([] {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::lock_guard hold(gHoldMutex);
@@ -425,7 +429,7 @@ TEST_F(Pools, AnEvictionPinsItsOwnBlockWhenThatIsSoonerThanTheChunkInFlight) {
 TEST_F(Pools, AChunkAheadRefusedLeavesPinningOnDemand) {
   withContexts();
   fake.refuseHostElsewhere = true;
-  HostPool host(api, 4096 * kMiB);
+  HostPool host(api, 4096 * kMiB, fakeClock);
   bool pinned = false;
   for (int i = 0; i < 20; ++i) {
     host.take(16 * kMiB, &pinned);
