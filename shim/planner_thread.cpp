@@ -1,20 +1,11 @@
 #include "shim/planner_thread.h"
 
-#include <time.h>
-
 #include <utility>
 
 #include "shim/background_thread.h"
+#include "shim/clock.h"
 
 namespace delta::shim {
-
-namespace {
-int64_t monotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-}  // namespace
 
 bool PlannerThread::submit(const policy::PlanRequest* request) {
   std::lock_guard lock(mutex_);
@@ -53,9 +44,9 @@ void PlannerThread::run() {
       request = job_;
       job_ = nullptr;
     }
-    const int64_t start = monotonicNs();
+    const int64_t start = nowNs();
     policy::Plan plan = request->run();
-    const int64_t took = monotonicNs() - start;
+    const int64_t took = nowNs() - start;
     std::lock_guard lock(mutex_);
     result_ = std::move(plan);
     planningNs_ = took;

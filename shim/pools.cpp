@@ -4,8 +4,6 @@
 #include <cstdlib>
 #include <iterator>
 
-#include <time.h>
-
 #include "shim/background_thread.h"
 #include "shim/log.h"
 #include "shim/reentry_guard.h"
@@ -69,15 +67,7 @@ constexpr uint64_t kSmallestChunk = 32ull << 20;
 constexpr uint64_t kLargestChunk = 512ull << 20;
 
 uint64_t roundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
-
-int64_t monotonicNs() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
-}
 }  // namespace
-
-int64_t HostPool::now() const { return clock_ ? clock_() : monotonicNs(); }
 
 uint64_t HostPool::chunkBytes(uint64_t bytes, uint64_t pinnedBytes) {
   const uint64_t growth = std::clamp(pinnedBytes / 2, kSmallestChunk, kLargestChunk);
@@ -151,9 +141,9 @@ void HostPool::adoptGrown() {
 }
 
 CUresult HostPool::pin(void** host, uint64_t bytes) {
-  const int64_t start = now();
+  const int64_t start = clock_();
   const CUresult result = api_.cuMemHostAlloc(host, bytes, 0);
-  const int64_t took = now() - start;
+  const int64_t took = clock_() - start;
   if (result == CUDA_SUCCESS && took > 0) {
     timedPinBytes_ += bytes;
     timedPinNs_ += took;
@@ -168,7 +158,7 @@ bool HostPool::pinningIsSooner(uint64_t bytes) const {
   if (timedPinBytes_ == 0 || timedPinNs_ < kMeasurablePinNs) return false;
   const double nsPerByte = static_cast<double>(timedPinNs_) / static_cast<double>(timedPinBytes_);
   const int64_t started = grower_.pinStartNs();
-  const double elapsed = started > 0 ? static_cast<double>(now() - started) : 0.0;
+  const double elapsed = started > 0 ? static_cast<double>(clock_() - started) : 0.0;
   const double chunkLeft = static_cast<double>(grower_.inFlightBytes()) * nsPerByte - elapsed;
   return static_cast<double>(bytes) * nsPerByte < chunkLeft;
 }
@@ -243,12 +233,12 @@ void PinnedGrower::run() {
       asked_ = 0;
     }
     void* host = nullptr;
-    const int64_t start = clock_ ? clock_() : monotonicNs();
+    const int64_t start = clock_();
     pinStartNs_.store(start, std::memory_order_release);
     if (api_.cuCtxSetCurrent(context) != CUDA_SUCCESS ||
         api_.cuMemHostAlloc(&host, bytes, 0) != CUDA_SUCCESS)
       host = nullptr;
-    const int64_t took = (clock_ ? clock_() : monotonicNs()) - start;
+    const int64_t took = clock_() - start;
     std::lock_guard lock(mutex_);
     result_ = host;
     resultBytes_ = host != nullptr ? bytes : 0;

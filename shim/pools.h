@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "shim/clock.h"
 #include "shim/real_api.h"
 
 namespace delta::shim {
@@ -54,7 +55,7 @@ class PhysicalPool {
   uint64_t bytes_ = 0;
 };
 
-// Monotonic nanoseconds; pins are timed with it.
+// Monotonic nanoseconds (nowNs, or a test's fake clock); pins are timed by it.
 using PinClock = int64_t (*)();
 
 // Pins one chunk of host memory at a time on a background thread, for HostPool to grow ahead of
@@ -67,8 +68,8 @@ using PinClock = int64_t (*)();
 // destructor waits for a chunk in flight and gives back one never taken.
 class PinnedGrower {
  public:
-  // `clock`: monotonic nanoseconds (a test's fake clock; nullptr: CLOCK_MONOTONIC).
-  PinnedGrower(const DriverApi& api, PinClock clock) : api_(api), clock_(clock) {}
+  // `clock`: what pins are timed by (a test's fake clock; nullptr: nowNs).
+  PinnedGrower(const DriverApi& api, PinClock clock) : api_(api), clock_(clock ? clock : &nowNs) {}
   PinnedGrower(const PinnedGrower&) = delete;
   PinnedGrower& operator=(const PinnedGrower&) = delete;
   ~PinnedGrower();
@@ -129,9 +130,9 @@ class PinnedGrower {
 // test's fake) pins on demand only.
 class HostPool {
  public:
-  // `clock`: how pins are timed (a test's fake clock; nullptr: CLOCK_MONOTONIC).
+  // `clock`: what pins are timed by (a test's fake clock; nullptr: nowNs).
   HostPool(const DriverApi& api, uint64_t pinnedLimitBytes, PinClock clock = nullptr)
-      : api_(api), limit_(pinnedLimitBytes), clock_(clock), grower_(api, clock) {}
+      : api_(api), limit_(pinnedLimitBytes), clock_(clock ? clock : &nowNs), grower_(api, clock_) {}
   // At least `bytes` of host memory; give() it back. *pinned says which kind it is.
   void* take(uint64_t bytes, bool* pinned);
   void give(void* host, bool pinned);
@@ -155,8 +156,6 @@ class HostPool {
   // Whether pinning `bytes` now would end before the chunk in flight, by the rate measured.
   bool pinningIsSooner(uint64_t bytes) const;
   void growAheadIfLow();
-
-  int64_t now() const;
 
   const DriverApi& api_;
   const uint64_t limit_;

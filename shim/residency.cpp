@@ -15,12 +15,6 @@
 
 namespace delta::shim {
 
-int64_t nowNs() {
-  timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
-}
-
 namespace {
 
 // Per thread, the buffers each not-yet-released prepare() holds, innermost last. The vectors

@@ -68,6 +68,7 @@
 #include <vector>
 
 #include "policy/policy.h"
+#include "shim/clock.h"
 #include "shim/address_map.h"
 #include "shim/call_stacks.h"
 #include "shim/planner_thread.h"
@@ -850,6 +851,5 @@ class Residency {
   bool deviceFreeChecked_ = false;
 };
 
-int64_t nowNs();
 
 }  // namespace delta::shim
