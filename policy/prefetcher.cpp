@@ -27,6 +27,65 @@ void walk(const UseSchedule& schedule, std::uint32_t position, std::uint32_t max
   }
 }
 
+// The most the launches from `position` on allocate at once, net of what they free, over those
+// due within a horizon that only grows: each call walks on from where the last one stopped, so
+// one choose() walks the schedule at most once. Frees count as upcomingBytes counts them: a
+// resident buffer's, and one allocated within the walk. Restores are not counted: the caller
+// counts them itself.
+class AllocationsAhead {
+ public:
+  AllocationsAhead(const UseSchedule& schedule, std::uint32_t position, const BufferTable& table,
+                   std::uint32_t max_scan)
+      : schedule_(schedule), table_(table), p0_(std::min(position, schedule.length())), max_scan_(max_scan) {}
+
+  std::uint64_t peakWithin(std::int64_t horizon_ns) {
+    const std::uint32_t len = schedule_.length();
+    const std::int64_t base = schedule_.offsetNs(p0_);
+    while (!done_ && schedule_.ready() && len > 0 && k_ < max_scan_) {
+      const std::uint64_t qq = static_cast<std::uint64_t>(p0_) + k_;
+      const bool wrapped = qq >= len;
+      const auto q = static_cast<std::uint32_t>(wrapped ? qq - len : qq);
+      if (wrapped && q >= p0_) break;  // one whole iteration seen
+      const std::int64_t due = wrapped ? schedule_.durationNs() - base + schedule_.offsetNs(q)
+                                       : schedule_.offsetNs(q) - base;
+      if (due > horizon_ns) return peak_;
+      ++k_;
+      net_ += static_cast<std::int64_t>(schedule_.allocBytesAt(q));
+      if (net_ > 0) peak_ = std::max(peak_, static_cast<std::uint64_t>(net_));
+      for (BufferId id : schedule_.freesAt(q)) {
+        if (table_.valid(id) && table_[id].residency != Residency::kFree) {
+          if (table_[id].residency == Residency::kResident) net_ -= static_cast<std::int64_t>(table_[id].bytes);
+        } else if (allocatedBy(id, q)) {
+          net_ -= static_cast<std::int64_t>(schedule_.freedBytes(id));
+        }
+      }
+    }
+    done_ = true;
+    return peak_;
+  }
+
+ private:
+  // Whether the walk has counted `id`'s allocation by launch q: its first use from p0 on, at or
+  // before q.
+  bool allocatedBy(BufferId id, std::uint32_t q) const {
+    const std::uint32_t len = schedule_.length();
+    auto order = [&](std::uint32_t x) -> std::uint64_t {
+      return x >= p0_ ? x - p0_ : static_cast<std::uint64_t>(x) + len - p0_;
+    };
+    const std::uint32_t first = schedule_.nextUsePos(id, p0_);
+    return first != UseSchedule::kNoPos && order(first) <= order(q);
+  }
+
+  const UseSchedule& schedule_;
+  const BufferTable& table_;
+  const std::uint32_t p0_;
+  const std::uint32_t max_scan_;
+  std::uint32_t k_ = 0;
+  std::int64_t net_ = 0;
+  std::uint64_t peak_ = 0;
+  bool done_ = false;
+};
+
 }  // namespace
 
 std::size_t Prefetcher::choose(const UseSchedule& schedule, std::uint32_t position,
@@ -40,6 +99,13 @@ std::size_t Prefetcher::choose(const UseSchedule& schedule, std::uint32_t positi
   const std::int64_t gap =
       std::max<std::int64_t>(0, schedule.offsetNs(p0 + 1) - schedule.offsetNs(p0));
   std::int64_t queue_end = std::max<std::int64_t>(0, request.h2d_busy_until_ns - request.now_ns);
+  // The next decision comes when the launch just made ends and the next one starts.
+  const std::uint32_t len = schedule.length();
+  const std::int64_t to_next_decision =
+      p0 > 0 ? schedule.offsetNs(p0) - schedule.offsetNs(p0 - 1)
+             : (len > 0 ? schedule.durationNs() - schedule.offsetNs(len - 1) : 0);
+  AllocationsAhead allocations(schedule, position, table, kMaxScan);
+  std::uint64_t chosen_bytes = 0;
   // What the launches from the next one to q waited for, as the device ran them last.
   std::int64_t waited = 0;
   walk(schedule, position, kMaxScan, [&](std::uint32_t q, std::int64_t learned_due) {
@@ -62,6 +128,19 @@ std::size_t Prefetcher::choose(const UseSchedule& schedule, std::uint32_t positi
       // at 50 GB/s comes from*).
       const std::int64_t due = queue_end <= 0 ? learned_due - waited : learned_due;
       if (due - (queue_end + h2d) > gap) continue;  // not yet: still on time at the next launch
+      // Behind a backlog that outlasts the next decision, its transfer starts no sooner for being
+      // queued now, but its memory is taken now and held idle until then. Where the launches
+      // before the transfer starts allocate that memory, it waits for a later decision, when the
+      // backlog is shorter: queued now, those launches took the memory back on demand, its
+      // transfer spent for nothing, and it was queued again at once, every launch
+      // (deep-residual-25 at 30 %/50 GB/s: 35 restores taken back in two iterations, 41.6 %
+      // overhead against 25.3; docs/policy.md, *A restore behind a backlog*). Nothing later can
+      // start sooner: the queue is in order of use.
+      if (queue_end > to_next_decision && request.free_bytes != kUnknownBytes &&
+          chosen_bytes + s.bytes + allocations.peakWithin(queue_end) > request.free_bytes) {
+        return false;
+      }
+      chosen_bytes += s.bytes;
       out[n++] = {id, due};
       queue_end += h2d;
       if (n == out.size()) return false;

@@ -1,8 +1,10 @@
 // Brings swapped buffers back before the launch that needs them, from a schedule of the
 // iteration (learned, or the future for Belady): walks the launches ahead in order and starts a
 // restore once waiting for the next decision point would make it late, counting the copies
-// already queued on the host-to-device engine. Also says how many bytes the next launches will
-// allocate, so the caller can free room ahead of time while compute runs.
+// already queued on the host-to-device engine; but not behind a queue that outlasts the next
+// decision point when the launches before its transfer starts need its memory. Also says how
+// many bytes the next launches will allocate, so the caller can free room ahead of time while
+// compute runs.
 // Cost: O(launches scanned), at most kMaxScan; no allocation.
 #pragma once
 
@@ -19,7 +21,7 @@ class Prefetcher {
  public:
   // `waits`: how long the device stood before each launch of the learned iteration
   // (AccessPattern::deviceWaits; empty when not known): a restore the link would start at once
-  // is timed without them.
+  // is timed without them. `request.free_bytes` (when known) is what restores may take.
   static std::size_t choose(const UseSchedule& schedule, std::uint32_t position,
                             const BufferTable& table, const CostModel& costs,
                             const PrefetchRequest& request, std::span<Prefetch> out,

@@ -204,7 +204,10 @@ void Simulator::step(std::size_t op_index) {
     const std::size_t n = policy_->chooseVictims(req, victims_);
     for (std::size_t i = 0; i < n; ++i) evict(victims_[i], start);
   }
-  const std::size_t n = policy_->choosePrefetches({start, t_h2d_}, prefetches_);
+  const std::uint64_t free_bytes = !options_.prefetch_sees_free_memory ? kUnknownBytes
+                                   : options_.budget_bytes > used_    ? options_.budget_bytes - used_
+                                                                      : 0;
+  const std::size_t n = policy_->choosePrefetches({start, t_h2d_, free_bytes}, prefetches_);
   for (std::size_t i = 0; i < n; ++i) {
     if (!tryPrefetch(prefetches_[i], start)) break;
   }

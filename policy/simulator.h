@@ -48,6 +48,10 @@ struct SimOptions {
   // is run at once, as if the planner thread finished within the iteration, and its plan is
   // adopted at the next boundary, one iteration later than planning on the spot does.
   bool plan_elsewhere = false;
+  // Tell prefetches the memory free (PrefetchRequest::free_bytes), so that a restore queued
+  // behind a backlog waits while the launches before its transfer need its memory; false: as
+  // libdelta.so does today, which does not tell them (shim/residency.cpp, Residency::prefetch).
+  bool prefetch_sees_free_memory = true;
 };
 
 struct SimResult {

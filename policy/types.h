@@ -15,6 +15,7 @@ inline constexpr BufferId kNoBuffer = 0xffffffffu;
 
 // A cost or time that is not known (no recompute hook, no prediction yet).
 inline constexpr std::int64_t kUnknownNs = -1;
+inline constexpr std::uint64_t kUnknownBytes = ~std::uint64_t{0};
 
 enum class Action : std::uint8_t {
   kSwap,       // copy to host, copy back before the next use
@@ -53,6 +54,9 @@ struct PrefetchRequest {
   std::int64_t now_ns = 0;
   // When the host-to-device engine finishes what is already queued (<= now_ns when idle).
   std::int64_t h2d_busy_until_ns = 0;
+  // Memory a restore started now can take without evicting: the budget less what is resident
+  // and in flight. The default, unknown: no restore is held back for memory (Prefetcher::choose).
+  std::uint64_t free_bytes = kUnknownBytes;
 };
 
 struct Prefetch {

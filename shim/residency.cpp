@@ -1239,6 +1239,13 @@ void Residency::prefetch(int64_t now) {
   policy::PrefetchRequest request;
   request.now_ns = now;
   request.h2d_busy_until_ns = std::max(now, h2dBusyUntilNs_);
+  // The free memory (request.free_bytes) is not told: with it, a restore behind a backlog
+  // waits while the launches before its transfer need its memory, which the replay gains from
+  // (docs/policy.md, *A restore behind a backlog*), but online DenseNet-121 at 30 %/50 GB/s ran
+  // slow in 4 runs of 20 with it (42-116 % overhead; the one read, more swaps and twice the host
+  // memory pinned), in none of 10 without. Here `now` is the host's clock, ahead of the device,
+  // so the backlog the rule sees is longer than the device's. The replay as played models it
+  // untold (SimOptions::prefetch_sees_free_memory).
   const size_t count = policy_->choosePrefetches(request, wanted);
   for (size_t i = 0; i < count; ++i) {
     const uint32_t id = wanted[i].id;

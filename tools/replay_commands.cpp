@@ -121,6 +121,7 @@ std::string asPlayedOption(const CliArgs& a, AsPlayed& played, SimOptions& o) {
     played.scale = *x;
     o.h2d_gbps /= static_cast<double>(played.scale);
     o.d2h_gbps /= static_cast<double>(played.scale);
+    o.prefetch_sees_free_memory = false;  // as the shim runs (SimOptions)
   }
   played.recompute = a.has("played-recompute");
   if (played.recompute && played.scale == 0) return "--played-recompute goes with --as-played N";

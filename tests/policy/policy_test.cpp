@@ -877,6 +877,70 @@ TEST(DeltaPolicy, AsksForDeviceTimesOnlyWhenConfiguredForThem) {
   EXPECT_FALSE(makePolicy("lru", config).policy->wantsLaunchTimes());
 }
 
+// A swapped buffer (id 1) used at launch 6 of launches `step` apart, whose restore takes 3.5 steps;
+// decided at launch 2, the next decision one step later. Launch `alloc_at` allocates `alloc`
+// bytes; with `resident_freed`, a resident buffer (id 2) of as many bytes is freed after launch 3.
+struct BacklogCase {
+  const char* name;
+  std::int64_t step;
+  std::uint32_t alloc_at;
+  bool resident_freed;
+  bool waits;  // behind a backlog of 4.5 steps, with room for the restore alone
+};
+
+class RestoreBehindBacklog : public ::testing::TestWithParam<BacklogCase> {};
+
+TEST_P(RestoreBehindBacklog, WaitsOnlyWhileTheLaunchesBeforeItsTransferNeedItsMemory) {
+  const BacklogCase& c = GetParam();
+  constexpr std::uint32_t kLaunches = 10;
+  constexpr std::uint32_t kUse = 6;
+  constexpr std::uint32_t kDecide = 2;
+  constexpr BufferId kSwapped = 1;
+  constexpr BufferId kFreed = 2;
+  const auto restore_bytes = static_cast<std::uint64_t>(c.step * 7 / 2);  // 1 byte/ns: bytes are ns
+  const std::uint64_t alloc = 5 * restore_bytes;
+  UseSchedule schedule;
+  schedule.reserve(4, 16, 32);
+  for (std::uint32_t q = 0; q < kLaunches; ++q) {
+    const BufferId uses[] = {q == kUse ? kSwapped : BufferId{0}};
+    schedule.addLaunch(q * c.step, q == c.alloc_at ? alloc : 0, uses);
+    if (q == 3 && c.resident_freed) schedule.addFree(kFreed, alloc);
+  }
+  schedule.finish(kLaunches * c.step);
+  BufferTable table(4);
+  table.allocate(0, 1, 0);
+  table.allocate(kSwapped, restore_bytes, 0);
+  table.setResident(kSwapped, false);
+  table[kSwapped].evicted_by = Action::kSwap;
+  if (c.resident_freed) table.allocate(kFreed, alloc, 0);
+  const CostModel link(1.0, 1.0);
+  std::array<Prefetch, 4> out{};
+  constexpr std::int64_t kNow = 1'000'000'000;
+  const std::int64_t backlog = kNow + c.step * 9 / 2;
+
+  // Free memory unknown (a caller that does not say): started, as always.
+  EXPECT_EQ(Prefetcher::choose(schedule, kDecide, table, link, {kNow, backlog}, out), 1u);
+  // Room for the restore and the allocations before its transfer starts: started.
+  EXPECT_EQ(Prefetcher::choose(schedule, kDecide, table, link, {kNow, backlog, restore_bytes + alloc}, out), 1u);
+  // Room for the restore alone: it waits where the launches before its transfer need the rest.
+  EXPECT_EQ(Prefetcher::choose(schedule, kDecide, table, link, {kNow, backlog, restore_bytes}, out),
+            c.waits ? 0u : 1u);
+  // A link whose queue ends before the next decision: started, whatever the memory (the caller
+  // starts it only into free memory).
+  ASSERT_EQ(Prefetcher::choose(schedule, kDecide, table, link, {kNow, kNow + c.step / 2, 0}, out), 1u);
+  EXPECT_EQ(out[0].id, kSwapped);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, RestoreBehindBacklog,
+    ::testing::Values(BacklogCase{"allocation_before_the_transfer_1ms", kMs, 4, false, true},
+                      BacklogCase{"allocation_before_the_transfer_200us", kMs / 5, 5, false, true},
+                      BacklogCase{"allocation_at_the_next_launch", kMs, 2, false, true},
+                      BacklogCase{"allocation_after_the_transfer_starts", kMs, 8, false, false},
+                      BacklogCase{"room_freed_before_the_allocation", kMs, 4, true, false},
+                      BacklogCase{"room_freed_after_the_allocation", kMs, 3, true, true}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 TEST(DeltaPolicy, LearnedNextUseOrdersVictims) {
   PolicyConfig config;
   config.max_buffers = 64;
