@@ -1241,11 +1241,10 @@ void Residency::prefetch(int64_t now) {
   request.h2d_busy_until_ns = std::max(now, h2dBusyUntilNs_);
   // The free memory (request.free_bytes) is not told: with it, a restore behind a backlog
   // waits while the launches before its transfer need its memory, which the replay gains from
-  // (docs/policy.md, *A restore behind a backlog*), but online DenseNet-121 at 30 %/50 GB/s ran
-  // slow in 4 runs of 20 with it (42-116 % overhead; the one read, more swaps and twice the host
-  // memory pinned), in none of 10 without; why was not measured (here the clock is the host's,
-  // ahead of the device, and the rule reads the learned device times). The replay as played
-  // models it untold (SimOptions::prefetch_sees_free_memory).
+  // (docs/policy.md, *A restore behind a backlog*); online it has not been shown to gain, and
+  // DenseNet-121 at 30 %/50 GB/s ran slow in 5 runs of 35 with it against 2 of 25 without (here
+  // the clock is the host's, ahead of the device, while the rule reads the learned device
+  // times). The replay as played models it untold (SimOptions::prefetch_sees_free_memory).
   const size_t count = policy_->choosePrefetches(request, wanted);
   for (size_t i = 0; i < count; ++i) {
     const uint32_t id = wanted[i].id;
