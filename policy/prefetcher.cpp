@@ -7,24 +7,57 @@ namespace delta::policy {
 
 namespace {
 
-// Walks launch positions from `position` on, wrapping into the next iteration once.
-// Calls fn(q, due_ns) until fn returns false or kMaxScan launches were seen.
+// Launch positions from `position` on, each with its learned time from there, wrapping into the
+// next iteration once, at most `max_scan` of them.
+class Cursor {
+ public:
+  Cursor(const UseSchedule& schedule, std::uint32_t position, std::uint32_t max_scan)
+      : schedule_(schedule),
+        len_(schedule.ready() ? schedule.length() : 0),
+        p0_(std::min(position, schedule.length())),
+        base_(schedule.offsetNs(p0_)),
+        max_scan_(max_scan) {}
+
+  // The next position and its due time, without moving on; false once the walk is over.
+  bool peek(std::uint32_t& q, std::int64_t& due) const {
+    if (len_ == 0 || k_ >= max_scan_) return false;
+    std::uint64_t qq = static_cast<std::uint64_t>(p0_) + k_;
+    const bool wrapped = qq >= len_;
+    if (wrapped) qq -= len_;
+    if (qq >= len_ || (wrapped && qq >= p0_)) return false;  // one whole iteration seen
+    q = static_cast<std::uint32_t>(qq);
+    due = wrapped ? schedule_.durationNs() - base_ + schedule_.offsetNs(q) : schedule_.offsetNs(q) - base_;
+    return true;
+  }
+  void advance() { ++k_; }
+
+ private:
+  const UseSchedule& schedule_;
+  const std::uint32_t len_;
+  const std::uint32_t p0_;
+  const std::int64_t base_;
+  const std::uint32_t max_scan_;
+  std::uint32_t k_ = 0;
+};
+
+// Calls fn(q, due_ns) for the positions of a Cursor until fn returns false.
 template <typename Fn>
 void walk(const UseSchedule& schedule, std::uint32_t position, std::uint32_t max_scan, Fn&& fn) {
+  Cursor cursor(schedule, position, max_scan);
+  std::uint32_t q = 0;
+  std::int64_t due = 0;
+  while (cursor.peek(q, due) && fn(q, due)) cursor.advance();
+}
+
+// Whether `id` is used at or before launch `q`, walking from `p0` (wrapping): its allocation or
+// restore within such a walk is counted by q.
+bool usedBy(const UseSchedule& schedule, std::uint32_t p0, BufferId id, std::uint32_t q) {
   const std::uint32_t len = schedule.length();
-  if (!schedule.ready() || len == 0) return;
-  const std::uint32_t p0 = std::min(position, len);
-  const std::int64_t base = schedule.offsetNs(p0);
-  for (std::uint32_t k = 0; k < max_scan; ++k) {
-    std::uint64_t qq = static_cast<std::uint64_t>(p0) + k;
-    const bool wrapped = qq >= len;
-    if (wrapped) qq -= len;
-    if (qq >= len || (wrapped && qq >= p0)) return;  // one whole iteration seen
-    const auto q = static_cast<std::uint32_t>(qq);
-    const std::int64_t due = wrapped ? schedule.durationNs() - base + schedule.offsetNs(q)
-                                     : schedule.offsetNs(q) - base;
-    if (!fn(q, due)) return;
-  }
+  auto order = [&](std::uint32_t x) -> std::uint64_t {
+    return x >= p0 ? x - p0 : static_cast<std::uint64_t>(x) + len - p0;
+  };
+  const std::uint32_t first = schedule.nextUsePos(id, p0);
+  return first != UseSchedule::kNoPos && order(first) <= order(q);
 }
 
 // The most the launches from `position` on allocate at once, net of what they free, over those
@@ -36,54 +69,33 @@ class AllocationsAhead {
  public:
   AllocationsAhead(const UseSchedule& schedule, std::uint32_t position, const BufferTable& table,
                    std::uint32_t max_scan)
-      : schedule_(schedule), table_(table), p0_(std::min(position, schedule.length())), max_scan_(max_scan) {}
+      : schedule_(schedule), table_(table), p0_(std::min(position, schedule.length())),
+        cursor_(schedule, position, max_scan) {}
 
   std::uint64_t peakWithin(std::int64_t horizon_ns) {
-    const std::uint32_t len = schedule_.length();
-    const std::int64_t base = schedule_.offsetNs(p0_);
-    while (!done_ && schedule_.ready() && len > 0 && k_ < max_scan_) {
-      const std::uint64_t qq = static_cast<std::uint64_t>(p0_) + k_;
-      const bool wrapped = qq >= len;
-      const auto q = static_cast<std::uint32_t>(wrapped ? qq - len : qq);
-      if (wrapped && q >= p0_) break;  // one whole iteration seen
-      const std::int64_t due = wrapped ? schedule_.durationNs() - base + schedule_.offsetNs(q)
-                                       : schedule_.offsetNs(q) - base;
-      if (due > horizon_ns) return peak_;
-      ++k_;
+    std::uint32_t q = 0;
+    std::int64_t due = 0;
+    for (; cursor_.peek(q, due) && due <= horizon_ns; cursor_.advance()) {
       net_ += static_cast<std::int64_t>(schedule_.allocBytesAt(q));
       if (net_ > 0) peak_ = std::max(peak_, static_cast<std::uint64_t>(net_));
       for (BufferId id : schedule_.freesAt(q)) {
         if (table_.valid(id) && table_[id].residency != Residency::kFree) {
           if (table_[id].residency == Residency::kResident) net_ -= static_cast<std::int64_t>(table_[id].bytes);
-        } else if (allocatedBy(id, q)) {
+        } else if (usedBy(schedule_, p0_, id, q)) {
           net_ -= static_cast<std::int64_t>(schedule_.freedBytes(id));
         }
       }
     }
-    done_ = true;
     return peak_;
   }
 
  private:
-  // Whether the walk has counted `id`'s allocation by launch q: its first use from p0 on, at or
-  // before q.
-  bool allocatedBy(BufferId id, std::uint32_t q) const {
-    const std::uint32_t len = schedule_.length();
-    auto order = [&](std::uint32_t x) -> std::uint64_t {
-      return x >= p0_ ? x - p0_ : static_cast<std::uint64_t>(x) + len - p0_;
-    };
-    const std::uint32_t first = schedule_.nextUsePos(id, p0_);
-    return first != UseSchedule::kNoPos && order(first) <= order(q);
-  }
-
   const UseSchedule& schedule_;
   const BufferTable& table_;
   const std::uint32_t p0_;
-  const std::uint32_t max_scan_;
-  std::uint32_t k_ = 0;
+  Cursor cursor_;
   std::int64_t net_ = 0;
   std::uint64_t peak_ = 0;
-  bool done_ = false;
 };
 
 }  // namespace
@@ -175,13 +187,7 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
   const std::uint32_t len = schedule.length();
   const std::uint32_t p0 = std::min(position, len);
   // Order of a position within the window (positions below p0 come after the wrap).
-  auto order = [&](std::uint32_t x) -> std::uint64_t {
-    return x >= p0 ? x - p0 : static_cast<std::uint64_t>(x) + len - p0;
-  };
-  auto counted_by = [&](BufferId id, std::uint32_t q) {  // first use in the window at or before q
-    const std::uint32_t first = schedule.nextUsePos(id, p0);
-    return first != UseSchedule::kNoPos && order(first) <= order(q);
-  };
+  auto counted_by = [&](BufferId id, std::uint32_t q) { return usedBy(schedule, p0, id, q); };
   // Room for an allocation must be made by the time it happens, and room for a restore by the
   // time the restore has to start (its transfer time before the use, behind the other restores
   // counted). So a launch is in the window when copying out what it needs, with what the

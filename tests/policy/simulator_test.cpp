@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
+#include <vector>
 
 #include "policy/delta_policy.h"
 #include "policy/policy_factory.h"
@@ -381,6 +383,45 @@ class StartSpy : public DeltaPolicy {
   }
   std::vector<std::int64_t> starts;
 };
+
+// Records the free memory each prefetch request told.
+class PrefetchSpy : public DeltaPolicy {
+ public:
+  using DeltaPolicy::DeltaPolicy;
+  std::size_t choosePrefetches(const PrefetchRequest& request, std::span<Prefetch> out) override {
+    told.push_back(request.free_bytes);
+    return DeltaPolicy::choosePrefetches(request, out);
+  }
+  std::vector<std::uint64_t> told;
+};
+
+// Prefetches are told the budget less what is resident and in flight (Prefetcher::choose holds a
+// restore back behind a backlog by it), or nothing, as the shim runs them
+// (SimOptions::prefetch_sees_free_memory, which the replay as played turns off).
+TEST(Simulator, PrefetchesAreToldTheFreeMemoryUnlessAsTheShimRunsThem) {
+  for (int layers : {4, 9}) {
+    for (double share : {0.35, 0.6}) {
+      SCOPED_TRACE(::testing::Message() << layers << " layers, " << share << " of peak");
+      const Workload w = trainingWorkload(layers, 64 * kMiB, 1'000'000);
+      SimOptions o;
+      o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+      PrefetchSpy told(policyConfigFor(w, o), DirectorMode::kSwapOnly);
+      Simulator(w, o).run(told);
+      ASSERT_FALSE(told.told.empty());
+      bool short_of_budget = false;
+      for (std::uint64_t free : told.told) {
+        ASSERT_LE(free, o.budget_bytes);
+        short_of_budget = short_of_budget || free < o.budget_bytes;
+      }
+      EXPECT_TRUE(short_of_budget);
+      o.prefetch_sees_free_memory = false;
+      PrefetchSpy untold(policyConfigFor(w, o), DirectorMode::kSwapOnly);
+      Simulator(w, o).run(untold);
+      ASSERT_FALSE(untold.told.empty());
+      for (std::uint64_t free : untold.told) EXPECT_EQ(free, kUnknownBytes);
+    }
+  }
+}
 
 TEST(Simulator, DeltaLearnsTheIterationAsTheRunTimedItThroughTheShimsCode) {
   // The shim times what delta learns by the device's reports (onLaunchTimed); the replay
