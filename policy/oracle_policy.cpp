@@ -24,7 +24,10 @@ std::string OracleRule::name() const {
                   : actions == Actions::kDropFirst ? "drop-first"
                                                    : "drop-only";
   s += rank == Rank::kCost ? "/cost" : "/farthest";
-  s += window == Prefetcher::Window::kGross ? "/gross" : window == Prefetcher::Window::kNet ? "/net" : "/on-demand";
+  s += window == Prefetcher::Window::kGross ? "/gross"
+       : window == Prefetcher::Window::kNet ? "/net"
+       : window == Prefetcher::Window::kFar ? "/far"
+                                            : "/on-demand";
   if (short_window) s += "/short-window";
   if (swap_weight != 1.0) s += "/swap-x" + std::to_string(static_cast<int>(swap_weight));
   if (!net_of_held) s += "/gross-drops";
@@ -98,6 +101,20 @@ std::vector<OracleRule> oracleRules() {
     OracleRule r = rules[i];
     r.short_window = true;
     rules.push_back(r);
+  }
+  // Swaps with room made by the far window (prefetcher.h), which delta's planner may choose:
+  // a bound that lacked it would not bound delta.
+  for (auto actions : {A::kMixed, A::kSwapOnly}) {
+    for (auto rank : {R::kCost, R::kFarthest}) {
+      for (double swap_weight : {1.0, 4.0}) {
+        if (actions == A::kSwapOnly && swap_weight != 1.0) continue;
+        for (bool protect_window : {true, false}) {
+          OracleRule r{actions, rank, Prefetcher::Window::kFar, swap_weight, true};
+          r.protect_window = protect_window;
+          rules.push_back(r);
+        }
+      }
+    }
   }
   return rules;
 }

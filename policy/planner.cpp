@@ -13,7 +13,7 @@ namespace delta::policy {
 
 namespace {
 constexpr const char* kModeNames[] = {"mixed", "swap-only", "recompute-only"};
-constexpr const char* kWindowNames[] = {"", "/net", "/on-demand"};
+constexpr const char* kWindowNames[] = {"", "/net", "/on-demand", "/far"};
 constexpr const char* kStartNames[] = {"", "/fresh"};
 
 std::string candidateName(int start, int mode, int window) {
@@ -153,64 +153,90 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
   std::uint64_t best_over = 0;
   std::int64_t best_ns = -1;
   std::int64_t best_run_ns = 0;
-  std::int64_t shortest_run_ns = 0;  // of the replays so far, warm-up included
+  std::int64_t best_last_ns = 0;
+  // Of the replays so far that kept the budget, warm-up included. One over it is no measure:
+  // it ran fast by not evicting, and would cut short the candidates that do.
+  std::int64_t shortest_run_ns = 0;
   // Delta chooses its mode; a forced variant keeps its own and chooses only the window.
   const DirectorMode all[] = {DirectorMode::kMixed, DirectorMode::kSwapOnly, DirectorMode::kRecomputeOnly};
   const std::span<const DirectorMode> modes = configured == DirectorMode::kMixed
                                                   ? std::span<const DirectorMode>(all)
                                                   : std::span<const DirectorMode>(&configured, 1);
   plan.mode = configured;
-  for (PlanStart start : {PlanStart::kSwitched, PlanStart::kFresh}) {
-    for (Prefetcher::Window window : {Prefetcher::Window::kGross, Prefetcher::Window::kNet, Prefetcher::Window::kNone}) {
-      for (DirectorMode mode : modes) {
-        // Fresh in the configured mode is what switching to it does: the same replay.
-        if (start == PlanStart::kFresh && mode == configured) continue;
-        // Room made ahead lets copies out overlap compute. Recompute-only has none to overlap;
-        // whether it should still drop ahead (choosing earlier, by the window's protection) or
-        // only when memory is needed depends on the workload. With swaps, evicting only on
-        // demand put every copy out on the critical path, and what it gained in the first
-        // iterations it lost in the steady state (docs/policy.md): not a candidate there.
-        if (window == Prefetcher::Window::kNone && mode != DirectorMode::kRecomputeOnly) continue;
-        DeltaPolicy policy(config, start == PlanStart::kFresh ? mode : configured);
-        policy.switchWhenLearned(mode, window);
-        // A run many times longer than the shortest so far cannot have the fastest third
-        // iteration; cut it short. It bounds the planner's own time: a fresh recompute-only
-        // start on a long chain of activations regenerates chains that grow with the layers
-        // (quadratic; 5 s of the 5.6 s a 10,000-launch plan took without the cut).
-        sim.setGiveUpAfter(shortest_run_ns > 0 ? kGiveUpFactor * shortest_run_ns : 0);
-        const SimResult r = sim.run(policy);
-        const int s = static_cast<int>(start), m = static_cast<int>(mode), wi = static_cast<int>(window);
-        if (r.gave_up) {
-          plan.predicted_ns[s][m][wi] = plan.ranked_ns[s][m][wi] = Plan::kGaveUp;
-          continue;
-        }
-        shortest_run_ns = shortest_run_ns > 0 ? std::min(shortest_run_ns, r.run_ns) : r.run_ns;
-        plan.predicted_ns[s][m][wi] = r.last_iteration_ns;
-        plan.ranked_ns[s][m][wi] = r.total_ns;
-        plan.over_budget_ops[s][m][wi] = r.over_budget_ops;
-        // A tie of predicted iterations goes to the cheaper whole replay, the way there: LSTM
-        // at 70 %/50 GB/s predicted mixed and recompute-only alike and ran mixed at 2.47 %
-        // against recompute-only's 2.17, the difference all in the iteration after learning.
-        const bool better = best_ns < 0 || r.over_budget_ops < best_over ||
-                            (r.over_budget_ops == best_over && r.total_ns < best_ns) ||
-                            (r.over_budget_ops == best_over && r.total_ns == best_ns && r.run_ns < best_run_ns);
-        if (!better) continue;
-        best_ns = r.total_ns;
-        best_run_ns = r.run_ns;
-        best_over = r.over_budget_ops;
-        plan.mode = mode;
-        plan.window = window;
-        plan.start = start;
-        const UseSchedule& learned = policy.pattern().schedule();
-        plan.learned_offsets_ns.clear();
-        if (learned.ready() && learned.length() == workload.ops.size()) {
-          for (std::uint32_t pos = 0; pos <= learned.length(); ++pos) {
-            plan.learned_offsets_ns.push_back(learned.offsetNs(pos));
+  // The far window's candidates last, each then weighed against the best of the others (below).
+  const Prefetcher::Window near_windows[] = {Prefetcher::Window::kGross, Prefetcher::Window::kNet,
+                                             Prefetcher::Window::kNone};
+  const Prefetcher::Window far_window[] = {Prefetcher::Window::kFar};
+  for (std::span<const Prefetcher::Window> windows : {std::span<const Prefetcher::Window>(near_windows),
+                                                      std::span<const Prefetcher::Window>(far_window)}) {
+    for (PlanStart start : {PlanStart::kSwitched, PlanStart::kFresh}) {
+      for (Prefetcher::Window window : windows) {
+        for (DirectorMode mode : modes) {
+          // Fresh in the configured mode is what switching to it does: the same replay.
+          if (start == PlanStart::kFresh && mode == configured) continue;
+          // Room made ahead lets copies out overlap compute. Recompute-only has none to overlap;
+          // whether it should still drop ahead (choosing earlier, by the window's protection) or
+          // only when memory is needed depends on the workload. With swaps, evicting only on
+          // demand put every copy out on the critical path, and what it gained in the first
+          // iterations it lost in the steady state (docs/policy.md): not a candidate there.
+          if (window == Prefetcher::Window::kNone && mode != DirectorMode::kRecomputeOnly) continue;
+          // Making room far ahead pays off where copies out must start long before a burst of
+          // allocations; recompute-only drops, which free memory at once: not a candidate there.
+          if (window == Prefetcher::Window::kFar && mode == DirectorMode::kRecomputeOnly) continue;
+          DeltaPolicy policy(config, start == PlanStart::kFresh ? mode : configured);
+          policy.switchWhenLearned(mode, window);
+          // A run many times longer than the shortest so far cannot have the fastest third
+          // iteration; cut it short. It bounds the planner's own time: a fresh recompute-only
+          // start on a long chain of activations regenerates chains that grow with the layers
+          // (quadratic; 5 s of the 5.6 s a 10,000-launch plan took without the cut).
+          sim.setGiveUpAfter(shortest_run_ns > 0 ? kGiveUpFactor * shortest_run_ns : 0);
+          const SimResult r = sim.run(policy);
+          const int s = static_cast<int>(start), m = static_cast<int>(mode), wi = static_cast<int>(window);
+          if (r.gave_up) {
+            plan.predicted_ns[s][m][wi] = plan.ranked_ns[s][m][wi] = Plan::kGaveUp;
+            continue;
           }
+          if (r.over_budget_ops == 0) {
+            shortest_run_ns = shortest_run_ns > 0 ? std::min(shortest_run_ns, r.run_ns) : r.run_ns;
+          }
+          plan.predicted_ns[s][m][wi] = r.last_iteration_ns;
+          plan.ranked_ns[s][m][wi] = r.total_ns;
+          plan.over_budget_ops[s][m][wi] = r.over_budget_ops;
+          // A tie of predicted iterations goes to the cheaper whole replay, the way there: LSTM
+          // at 70 %/50 GB/s predicted mixed and recompute-only alike and ran mixed at 2.47 %
+          // against recompute-only's 2.17, the difference all in the iteration after learning.
+          bool better = best_ns < 0 || r.over_budget_ops < best_over ||
+                        (r.over_budget_ops == best_over && r.total_ns < best_ns) ||
+                        (r.over_budget_ops == best_over && r.total_ns == best_ns && r.run_ns < best_run_ns);
+          // The far window wins only if its predicted iteration, the third, is no slower than the
+          // best's so far (the best of the other windows, or a far one that beat it). Ranked by
+          // the two iterations alone, it was chosen for a fast first iteration after
+          // the switch that the run did not have: DenseNet-121 at 30 %/50 GB/s, mixed/far for
+          // 419.41 ms predicted against mixed's 408.93, ran at 18.98 % overhead against 15.93;
+          // the LSTM at 30 %/12 GB/s, 20.44 % against swap-only's 16.71.
+          if (better && window == Prefetcher::Window::kFar && best_ns >= 0 && r.over_budget_ops == best_over &&
+              r.last_iteration_ns > best_last_ns) {
+            better = false;
+          }
+          if (!better) continue;
+          best_last_ns = r.last_iteration_ns;
+          best_ns = r.total_ns;
+          best_run_ns = r.run_ns;
+          best_over = r.over_budget_ops;
+          plan.mode = mode;
+          plan.window = window;
+          plan.start = start;
+          const UseSchedule& learned = policy.pattern().schedule();
+          plan.learned_offsets_ns.clear();
+          if (learned.ready() && learned.length() == workload.ops.size()) {
+            for (std::uint32_t pos = 0; pos <= learned.length(); ++pos) {
+              plan.learned_offsets_ns.push_back(learned.offsetNs(pos));
+            }
+          }
+          const std::span<const std::int64_t> waits = policy.pattern().deviceWaits();
+          plan.learned_waits_ns.assign(waits.begin(), waits.end());
+          plan.outcomes = policy.measuredOutcomes();
         }
-        const std::span<const std::int64_t> waits = policy.pattern().deviceWaits();
-        plan.learned_waits_ns.assign(waits.begin(), waits.end());
-        plan.outcomes = policy.measuredOutcomes();
       }
     }
   }

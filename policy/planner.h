@@ -10,8 +10,10 @@
 // of the GPU (the budget, the measured link) under each candidate: the modes mixed, swap-only
 // and recompute-only, each with the window that makes room ahead set by the gross or by the
 // net bytes (Prefetcher::Window; recompute-only also with no room made ahead, dropping only
-// when memory is needed), and each reached two ways: switched to after an iteration run as
-// configured (as delta gets there), or run from a fresh start. The fastest is kept until the
+// when memory is needed; mixed and swap-only also with the far window, which reaches past
+// launches that need little to a burst behind them, and wins only if its predicted iteration is
+// no slower too), and each reached two ways: switched to after an iteration run as configured
+// (as delta gets there), or run from a fresh start. The fastest is kept until the
 // iteration changes, and delta switching to its mode (or keeping mode and window) starts where
 // the candidate's measured iteration started in the replay: with the times it had learned and
 // the costs it had measured (the Plan carries them). A forced variant (swap-only,
@@ -29,7 +31,7 @@
 // recompute-only 8.2 % overhead, switched to 9.0; docs/policy.md).
 //
 // Cost: building the workload is O(launches + uses); each replay is the simulator's cost for
-// three iterations (learn, switch, measure), twelve replays for delta, two for swap-only and
+// three iterations (learn, switch, measure), fifteen replays for delta, three for swap-only and
 // three for recompute-only (the slowest cut short: Planner::kGiveUpFactor). It
 // allocates, so it runs only when a new iteration is learned (a stable loop: once), never per
 // launch; docs/policy.md gives the time.
@@ -91,12 +93,12 @@ struct Plan {
   // short (its three iterations took over Planner::kGiveUpFactor times the shortest replay's).
   static constexpr std::int64_t kNotReplayed = -1;
   static constexpr std::int64_t kGaveUp = -2;
-  std::int64_t predicted_ns[2][3][Prefetcher::kWindows] = {{{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}},
-                                                          {{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}}};
+  std::int64_t predicted_ns[2][3][Prefetcher::kWindows] = {
+      {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}}, {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}}};
   // What candidates are ranked by: the two iterations after learning together, the predicted
   // one and the one before it (Planner::choose); as predicted_ns where not replayed.
-  std::int64_t ranked_ns[2][3][Prefetcher::kWindows] = {{{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}},
-                                                       {{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}}};
+  std::int64_t ranked_ns[2][3][Prefetcher::kWindows] = {
+      {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}}, {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}}};
   std::uint64_t over_budget_ops[2][3][Prefetcher::kWindows] = {};  // ops the replay ran over the budget
   std::int64_t chosenNs() const {
     return predicted_ns[static_cast<int>(start)][static_cast<int>(mode)][static_cast<int>(window)];
@@ -112,7 +114,8 @@ struct Plan {
   MeasuredOutcomes outcomes;
 
   // The chosen candidate as `replay` prints it: the mode, "/net" when room is made ahead by
-  // the net window, "/on-demand" when none is, "/fresh" when its replay started in its mode.
+  // the net window, "/on-demand" when none is, "/far" by the far window, "/fresh" when its
+  // replay started in its mode.
   std::string name() const;
   // Every candidate replayed with its predicted iteration time, in that notation.
   std::string predictions() const;
@@ -121,8 +124,11 @@ struct Plan {
 class Planner {
  public:
   // A replay whose three iterations take this many times those of the shortest replay so far
-  // is cut short (Plan::kGaveUp): its third iteration cannot plausibly be the fastest.
-  static constexpr std::int64_t kGiveUpFactor = 4;
+  // (of those that kept the budget) is cut short (Plan::kGaveUp): its third iteration cannot
+  // plausibly be the fastest. A switched candidate learns its first iteration as the shortest
+  // did, so twice that replay means its last two iterations alone take longer than the
+  // shortest's three. Was 4; 2 pays for the far window's candidates (docs/policy.md).
+  static constexpr std::int64_t kGiveUpFactor = 2;
 
   // The learned iteration as a workload. `buffers` is indexed by buffer id; `waited_ns` by
   // launch position (what each launch waited for memory, restores and recomputes).

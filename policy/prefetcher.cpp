@@ -181,6 +181,10 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
   std::uint64_t gross = 0;
   std::int64_t restore_ns = 0;
   std::int64_t window_end = 0;
+  // The peak of the net count over every launch walked, and when it comes: the answer's once the
+  // window reaches that far.
+  std::uint64_t walked_peak = 0;
+  std::int64_t walked_peak_at = 0;
   need_at_ns = 0;
   if (window_ns != nullptr) *window_ns = 0;
   if (window == Window::kNone) return 0;
@@ -203,7 +207,7 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
   // average on the shared traces as played, against 29-155.
   walk(schedule, position, kMaxScan, [&](std::uint32_t q, std::int64_t due) {
     if (short_window && q != position &&
-        due > costs.transferNs(Direction::kDeviceToHost, window == Window::kGross ? gross : peak) + restore_ns) {
+        due > costs.transferNs(Direction::kDeviceToHost, window != Window::kNet ? gross : peak) + restore_ns) {
       return false;
     }
     std::uint64_t q_gross = schedule.allocBytesAt(q);
@@ -218,23 +222,28 @@ std::uint64_t Prefetcher::upcomingBytes(const UseSchedule& schedule, std::uint32
       }
     }
     const auto net_through_q = static_cast<std::uint64_t>(std::max<std::int64_t>(net + q_net, 0));
-    const std::uint64_t length_bytes = window == Window::kGross ? gross + q_gross : std::max(peak, net_through_q);
+    const std::uint64_t length_bytes = window != Window::kNet ? gross + q_gross : std::max(peak, net_through_q);
     const std::int64_t restores_ns = restore_ns + q_restore_ns;
     const bool in_window =
         q == position || due <= costs.transferNs(Direction::kDeviceToHost, length_bytes) + restores_ns;
-    if (!in_window && (q_gross > 0 || due > costs.transferNs(Direction::kDeviceToHost,
-                                                           length_bytes + schedule.largestAllocBytes()) +
-                                                restores_ns)) {
+    if (!in_window && window != Window::kFar &&
+        (q_gross > 0 ||
+         due > costs.transferNs(Direction::kDeviceToHost, length_bytes + schedule.largestAllocBytes()) + restores_ns)) {
       return false;
     }
-    // A launch walked over outside the window needs nothing: only its frees count.
-    if (in_window) window_end = due;
+    // Launches walked over outside the window count only once a later one is in it (kFar; any
+    // other window ends at the first that needs bytes, so those it passes need none).
     net += q_net;
     gross += q_gross;
     restore_ns = restores_ns;
-    if (net > 0 && static_cast<std::uint64_t>(net) > peak) {
-      peak = static_cast<std::uint64_t>(net);
-      need_at_ns = due;
+    if (net > 0 && static_cast<std::uint64_t>(net) > walked_peak) {
+      walked_peak = static_cast<std::uint64_t>(net);
+      walked_peak_at = due;
+    }
+    if (in_window) {
+      window_end = due;
+      peak = walked_peak;
+      need_at_ns = walked_peak_at;
     }
     for (BufferId id : schedule.freesAt(q)) {
       if (table.valid(id) && table[id].residency != Residency::kFree) {

@@ -267,6 +267,55 @@ TEST(Upcoming, TheNetWindowIsShorter) {
   EXPECT_EQ(need_at, 0);
 }
 
+// `quiet` launches `gap` apart, each allocating 1 MiB (buffer q) freed after it, then one that
+// allocates `burst` bytes (buffer `quiet`, freed after it).
+UseSchedule quietThenBurst(std::uint32_t quiet, std::int64_t gap, std::uint64_t burst) {
+  UseSchedule schedule;
+  schedule.reserve(16, 16, 64);
+  for (BufferId id = 0; id < quiet; ++id) {
+    const BufferId uses[] = {id};
+    schedule.addLaunch(static_cast<std::int64_t>(id) * gap, kMiB, uses);
+    schedule.addFree(id, kMiB);
+  }
+  const BufferId uses[] = {quiet};
+  schedule.addLaunch(static_cast<std::int64_t>(quiet) * gap, burst, uses);
+  schedule.addFree(quiet, burst);
+  schedule.finish(static_cast<std::int64_t>(quiet + 1) * gap);
+  return schedule;
+}
+
+// The far window reaches past launches outside the window to a burst that is in it by its own
+// count: room for it must start now. Launches 0.5 ms apart allocate 1 MiB each (87 us to copy
+// out at 12 GB/s: out of the window from the second on, which ends the gross and net windows
+// there, with 1 MiB needed now); behind them, a burst whose copy out, with the bytes before
+// it, takes longer than the time until it is the far window's need, at its time. A burst that
+// can wait, or one too far to reach, leaves the far window as the gross one.
+TEST(Upcoming, TheFarWindowReachesABurstBehindLaunchesOutsideTheWindow) {
+  constexpr std::int64_t kGap = kMs / 2;
+  const CostModel link(12.0, 12.0);
+  for (std::uint32_t quiet = 2; quiet <= 6; quiet += 2) {
+    for (std::uint64_t burst : {4 * kMiB, 16 * kMiB, 64 * kMiB, 128 * kMiB}) {
+      const UseSchedule schedule = quietThenBurst(quiet, kGap, burst);
+      const std::int64_t burst_due = static_cast<std::int64_t>(quiet) * kGap;
+      const bool reached = link.transferNs(Direction::kDeviceToHost, quiet * kMiB + burst) >= burst_due;
+      const std::string where = std::to_string(quiet) + " quiet launches, " + std::to_string(burst >> 20) + " MiB";
+      BufferTable table(16);
+      for (Prefetcher::Window near : {Prefetcher::Window::kGross, Prefetcher::Window::kNet}) {
+        std::int64_t need_at = -1, end = -1;
+        EXPECT_EQ(Prefetcher::upcomingBytes(schedule, 0, table, link, need_at, near, &end), kMiB) << where;
+        EXPECT_EQ(need_at, 0) << where;
+        EXPECT_EQ(end, 0) << where;
+      }
+      std::int64_t need_at = -1, end = -1;
+      const std::uint64_t need =
+          Prefetcher::upcomingBytes(schedule, 0, table, link, need_at, Prefetcher::Window::kFar, &end);
+      EXPECT_EQ(need, reached ? burst : kMiB) << where;
+      EXPECT_EQ(need_at, reached ? burst_due : 0) << where;
+      EXPECT_EQ(end, reached ? burst_due : 0) << where;
+    }
+  }
+}
+
 // A launch's own bytes count in the test of whether it is in the window: room for 4 MiB
 // takes 0.35 ms to copy out at 12 GB/s, so an allocation 0.1-0.3 ms ahead needs room made now,
 // whatever the launches before it allocate. (Tested on the bytes before it, a first launch that
