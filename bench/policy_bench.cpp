@@ -168,15 +168,18 @@ void BM_UpcomingBytes(benchmark::State& state) {
   }
   schedule.finish(static_cast<std::int64_t>(kLaunches) * 10'000);
   const CostModel link(12.0, 12.0);
+  const bool far = state.range(1) != 0;
+  const Prefetcher::Window window = far ? Prefetcher::Window::kFar : Prefetcher::Window::kGross;
   std::uint32_t position = 0;
   std::int64_t need_at = 0;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(Prefetcher::upcomingBytes(schedule, position, table, link, need_at));
+    benchmark::DoNotOptimize(Prefetcher::upcomingBytes(schedule, position, table, link, need_at, window));
     position = (position + 1) % kLaunches;
   }
-  state.SetLabel("an allocation every " + std::to_string(every) + " launches");
+  state.SetLabel("an allocation every " + std::to_string(every) + " launches" + (far ? ", far window" : ""));
 }
-BENCHMARK(BM_UpcomingBytes)->Arg(1)->Arg(8)->Arg(64);
+// Second argument 1: the far window, which walks on past launches outside it (to kMaxScan).
+BENCHMARK(BM_UpcomingBytes)->ArgsProduct({{1, 8, 64}, {0, 1}});
 
 // Delta's planning step (planner.h): the learned iteration replayed under its six candidates,
 // once per newly learned iteration. Per plan, for iterations of 2 x layers launches.
