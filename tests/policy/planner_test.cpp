@@ -481,9 +481,11 @@ TEST(DeltaPlanning, APlanThatKeepsModeAndWindowStartsWhereItsReplayedIterationSt
   // Kept mode and window: the replay ran this very iteration the way delta goes on running it,
   // one iteration further; delta takes its learned times and measured costs as at a switch of
   // mode, instead of measuring its way there through the first iteration it knows the pattern
-  // of. A change of window alone still learns the next iteration again. Every shape here whose
-  // plan keeps both is checked, and so is every one that changes the window only.
-  int kept = 0, window_only = 0;
+  // of. So does a change to the far window (its room is made by times far ahead, which an
+  // iteration run by the old window misplaces). Another change of window alone still learns the
+  // next iteration again. Every shape here whose plan keeps mode and window is checked, and so
+  // is every one that changes the window only.
+  int kept = 0, window_only = 0, to_far = 0;
   for (int layers : {4, 6, 8}) {
     for (std::int64_t fwd_ns : {100'000, 1'000'000, 5'000'000}) {
       for (double share : {0.3, 0.5, 0.7}) {
@@ -501,8 +503,8 @@ TEST(DeltaPlanning, APlanThatKeepsModeAndWindowStartsWhereItsReplayedIterationSt
         const UseSchedule& learned = delta.pattern().schedule();
         ASSERT_EQ(plan.learned_offsets_ns.size(), learned.length() + 1u);
         const MeasuredOutcomes now = delta.measuredOutcomes();
-        if (plan.window == Prefetcher::Window::kGross) {
-          ++kept;
+        if (plan.window == Prefetcher::Window::kGross || plan.window == Prefetcher::Window::kFar) {
+          ++(plan.window == Prefetcher::Window::kGross ? kept : to_far);
           for (std::uint32_t pos = 0; pos <= learned.length(); ++pos) {
             EXPECT_EQ(learned.offsetNs(pos), plan.learned_offsets_ns[pos]) << pos;
           }
@@ -521,6 +523,7 @@ TEST(DeltaPlanning, APlanThatKeepsModeAndWindowStartsWhereItsReplayedIterationSt
   }
   EXPECT_GT(kept, 0);
   EXPECT_GT(window_only, 0);
+  EXPECT_GT(to_far, 0);
 }
 
 TEST(DeltaPlanning, PlannedElsewhereTheSamePlanIsAdoptedAtTheNextBoundary) {
