@@ -181,7 +181,7 @@ void BM_UpcomingBytes(benchmark::State& state) {
 // Second argument 1: the far window, which walks on past launches outside it (to kMaxScan).
 BENCHMARK(BM_UpcomingBytes)->ArgsProduct({{1, 8, 64}, {0, 1}});
 
-// Delta's planning step (planner.h): the learned iteration replayed under its six candidates,
+// Delta's planning step (planner.h): the learned iteration replayed under each candidate,
 // once per newly learned iteration. Per plan, for iterations of 2 x layers launches.
 void BM_Plan(benchmark::State& state) {
   const Workload w = synthetic(static_cast<int>(state.range(0)));
