@@ -317,10 +317,10 @@ void DeltaPolicy::applyPlan(Plan&& plan, bool replayed, bool current) {
   // alone: the replay's costs are of the other window's evictions, and adopting them was
   // measured worse (the sample at 12 GB/s; DenseNet-121). Except to the far window, which
   // makes room by times far ahead: learned again from an iteration run by the old window, they
-  // were not the replay's, and the plan ran slower than predicted
-  // (the `swap-only` variant on DenseNet-121 at 50 %/50 GB/s: swap-only/far predicted 373.83 ms
-  // per iteration against 374.56 by the gross window, ran 9.06 % over against 5.14; adopting
-  // the replay's start, 5.18).
+  // were not the replay's, and the plan ran slower than predicted (the `swap-only` variant on
+  // DenseNet-121 at 50 %/50 GB/s: swap-only/far predicted 373.83 ms per iteration against
+  // 374.56 by the gross window, ran 9.06 % over against 5.14; adopting the replay's start,
+  // 5.18).
   const bool new_mode = activeMode() != before;
   const bool to_far = changed && activeWindow() == Prefetcher::Window::kFar;
   if (replayed && current && (new_mode || !changed || to_far) &&

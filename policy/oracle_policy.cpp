@@ -407,11 +407,11 @@ OraclePolicy::Search OraclePolicy::search(const PolicyConfig& config, const Work
   // Local search: veto, one at a time, the dearest evictions of the best run (evicted only when
   // nothing else is left), keeping each veto that makes the run faster (a cheaper buffer takes
   // the dear one's place: the Transformer at 12 GB/s, where which 160 MiB results are dropped
-  // ahead is the whole difference). From two starts: the best run, and the best of the rules
-  // that make room by another window (replayed once more for its prices). From the best alone, the search ended wherever its
-  // first rule led: with the far window's rules added, 21 rows of the regret benchmark at 50
-  // GB/s ended slower than without them (`gan-17` at 70 %: mixed/cost/far/vetoed-1 2.15 %,
-  // where mixed/cost/gross/vetoed-1 had reached 0.0).
+  // ahead is the whole difference). From two starts: the best run, and the best of the rules that
+  // make room by another window (replayed once more for its prices). From the best alone, the
+  // search ended wherever its first rule led: with the far window's rules added, 21 rows of the
+  // regret benchmark at 50 GB/s ended slower than without them (`gan-17` at 70 %:
+  // mixed/cost/far/vetoed-1 2.15 %, where mixed/cost/gross/vetoed-1 had reached 0.0).
   auto search_from = [&](std::size_t start) {
     std::size_t chain = start;
     std::vector<BufferId> tried;

@@ -481,9 +481,9 @@ TEST(DeltaPlanning, APlanThatKeepsModeAndWindowStartsWhereItsReplayedIterationSt
   // Kept mode and window: the replay ran this very iteration the way delta goes on running it,
   // one iteration further; delta takes its learned times and measured costs as at a switch of
   // mode, instead of measuring its way there through the first iteration it knows the pattern
-  // of. So does a change to the far window (its room is made by times far ahead, which an
-  // iteration run by the old window misplaces). Another change of window alone still learns the
-  // next iteration again. Every shape here whose plan keeps mode and window is checked, and so
+  // of. So does a change to the far window (its room is made by times far ahead, and those
+  // learned again from an iteration run by the old window were not the replay's). Another change
+  // of window alone still learns the next iteration again. Every shape here whose plan keeps mode and window is checked, and so
   // is every one that changes the window only.
   int kept = 0, window_only = 0, to_far = 0;
   for (int layers : {4, 6, 8}) {
