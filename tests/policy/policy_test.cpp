@@ -212,15 +212,21 @@ TEST_P(Upcoming, CountsNetBytes) {
 
 constexpr std::uint64_t k4 = 4 * kMiB;
 
+// Adds `launches` launches `gap` apart from the start, each allocating `bytes` (buffer q) that
+// is freed after it.
+void allocateAndFreeAtEach(UseSchedule& schedule, BufferId launches, std::int64_t gap, std::uint64_t bytes) {
+  for (BufferId id = 0; id < launches; ++id) {
+    const BufferId uses[] = {id};
+    schedule.addLaunch(static_cast<std::int64_t>(id) * gap, bytes, uses);
+    schedule.addFree(id, bytes);
+  }
+}
+
 // Launches `gap` apart, each allocating 4 MiB (buffer q) that is freed after it.
 UseSchedule fourMiBAtEachOf(BufferId launches, std::int64_t gap) {
   UseSchedule schedule;
   schedule.reserve(16, 16, 64);
-  for (BufferId id = 0; id < launches; ++id) {
-    const BufferId uses[] = {id};
-    schedule.addLaunch(static_cast<std::int64_t>(id) * gap, k4, uses);
-    schedule.addFree(id, k4);
-  }
+  allocateAndFreeAtEach(schedule, launches, gap, k4);
   schedule.finish(static_cast<std::int64_t>(launches) * gap);
   return schedule;
 }
@@ -272,11 +278,7 @@ TEST(Upcoming, TheNetWindowIsShorter) {
 UseSchedule quietThenBurst(std::uint32_t quiet, std::int64_t gap, std::uint64_t burst) {
   UseSchedule schedule;
   schedule.reserve(16, 16, 64);
-  for (BufferId id = 0; id < quiet; ++id) {
-    const BufferId uses[] = {id};
-    schedule.addLaunch(static_cast<std::int64_t>(id) * gap, kMiB, uses);
-    schedule.addFree(id, kMiB);
-  }
+  allocateAndFreeAtEach(schedule, quiet, gap, kMiB);
   const BufferId uses[] = {quiet};
   schedule.addLaunch(static_cast<std::int64_t>(quiet) * gap, burst, uses);
   schedule.addFree(quiet, burst);
