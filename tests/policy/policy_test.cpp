@@ -546,6 +546,78 @@ INSTANTIATE_TEST_SUITE_P(
                       LateRestoreCase{"launch_before_waited_long_after_short_steps", kMs / 5, 3 * kMs, 1}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// Decided just as a long launch starts (`step_count` short launches of `step` then lead to the
+// use, the use waited `wait` last iteration): a restore behind copies that leave the link idle,
+// this one done, before the next decision.
+struct DrainingQueueCase {
+  const char* name;
+  std::int64_t step;
+  std::int64_t wait;
+  std::uint32_t step_count;
+};
+
+class DrainingQueue : public ::testing::TestWithParam<DrainingQueueCase> {};
+
+TEST_P(DrainingQueue, ARestoreDoneBeforeTheNextDecisionIsTimedWithoutTheLearnedWaits) {
+  const DrainingQueueCase& c = GetParam();
+  constexpr BufferId kSwapped = 1;
+  constexpr std::uint32_t kDecide = 2;
+  const std::uint32_t use = kDecide + c.step_count;
+  // Queue and restore together end halfway through the wait: on time by the learned times if
+  // started at the next decision, late by the times without the wait. The launch running until
+  // the next decision is long enough for both.
+  const std::int64_t queue_and_restore = static_cast<std::int64_t>(c.step_count - 1) * c.step + c.wait / 2;
+  const std::int64_t long_launch = queue_and_restore + c.wait;
+  const std::int64_t queued = queue_and_restore / 5;
+  const std::int64_t h2d = queue_and_restore - queued;
+  UseSchedule schedule;
+  schedule.reserve(4, 64, 64);
+  std::int64_t t = 0;
+  for (std::uint32_t q = 0; q < use + 3; ++q) {
+    if (q == use) t += c.wait;
+    const BufferId uses[] = {q == use ? kSwapped : BufferId{0}};
+    schedule.addLaunch(t, 0, uses);
+    t += q + 1 == kDecide ? long_launch : c.step;
+  }
+  schedule.finish(t);
+  std::vector<std::int64_t> waits(use + 3, 0);
+  waits[use] = c.wait;
+  BufferTable table(4);
+  table.allocate(0, 1, 0);
+  table.allocate(kSwapped, static_cast<std::uint64_t>(h2d), 0);  // 1 byte/ns: bytes are ns
+  table.setResident(kSwapped, false);
+  table[kSwapped].evicted_by = Action::kSwap;
+  const CostModel link(1.0, 1.0);
+  std::array<Prefetch, 4> out{};
+  constexpr std::int64_t kNow = 1'000'000'000;
+  const std::int64_t learned_due = schedule.offsetNs(use) - schedule.offsetNs(kDecide);
+  ASSERT_EQ(learned_due, static_cast<std::int64_t>(c.step_count) * c.step + c.wait);
+
+  // The link will be idle before the next decision, this restore done: the use's wait last
+  // time was this restore's lateness, not the link's load. Timed by the learned times it would
+  // wait for the next decision and be late by the wait again.
+  ASSERT_EQ(Prefetcher::choose(schedule, kDecide, table, link, {kNow, kNow + queued}, out, waits), 1u);
+  EXPECT_EQ(out[0].id, kSwapped);
+  EXPECT_EQ(out[0].due_ns, learned_due - c.wait);
+  // Behind copies that, with it, outlast the next decision, the learned time stands (the waits
+  // may be the link's load): started now all the same, since by it the next decision is late.
+  const std::int64_t backlog = long_launch - h2d + c.wait / 4;
+  ASSERT_EQ(Prefetcher::choose(schedule, kDecide, table, link, {kNow, kNow + backlog}, out, waits), 1u);
+  EXPECT_EQ(out[0].due_ns, learned_due);
+  // Without the waits known, the learned time: the next decision is soon enough.
+  EXPECT_EQ(Prefetcher::choose(schedule, kDecide, table, link, {kNow, kNow + queued}, out), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, DrainingQueue,
+    ::testing::Values(DrainingQueueCase{"two_1ms_steps_1ms_wait", kMs, kMs, 2},
+                      DrainingQueueCase{"three_short_steps_long_wait", kMs / 5, 3 * kMs, 3},
+                      DrainingQueueCase{"two_long_steps_short_wait", 2 * kMs, kMs / 2, 2},
+                      // gan-6 at 50 %/50 GB/s: nine launches of tenths of a ms after an 11.6 ms
+                      // one, the use 11.7 ms late last iteration.
+                      DrainingQueueCase{"nine_tiny_steps_gan_like", kMs / 25, 11'700'000, 9}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 TEST(AccessPattern, WhatWasAllocatedBeforeTheFirstIterationIsNotItsFirstLaunchs) {
   // The program's setup (weights, optimiser state) is allocated once, before training: not an
   // allocation every iteration makes at its first launch (counted so, every iteration's end
