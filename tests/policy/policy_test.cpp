@@ -563,9 +563,9 @@ TEST_P(DrainingQueue, ARestoreDoneBeforeTheNextDecisionIsTimedWithoutTheLearnedW
   constexpr BufferId kSwapped = 1;
   constexpr std::uint32_t kDecide = 2;
   const std::uint32_t use = kDecide + c.step_count;
-  // Queue and restore together end halfway through the wait: on time by the learned times if
-  // started at the next decision, late by the times without the wait. The launch running until
-  // the next decision is long enough for both.
+  // Queue and restore sized so that by the learned times the restore may wait for the next
+  // decision and by the times without the wait it may not; the launch running until the next
+  // decision outlasts them both.
   const std::int64_t queue_and_restore = static_cast<std::int64_t>(c.step_count - 1) * c.step + c.wait / 2;
   const std::int64_t long_launch = queue_and_restore + c.wait;
   const std::int64_t queued = queue_and_restore / 5;
@@ -613,8 +613,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(DrainingQueueCase{"two_1ms_steps_1ms_wait", kMs, kMs, 2},
                       DrainingQueueCase{"three_short_steps_long_wait", kMs / 5, 3 * kMs, 3},
                       DrainingQueueCase{"two_long_steps_short_wait", 2 * kMs, kMs / 2, 2},
-                      // gan-6 at 50 %/50 GB/s: nine launches of tenths of a ms after an 11.6 ms
-                      // one, the use 11.7 ms late last iteration.
+                      // gan-6 at 50 %/50 GB/s: nine launches of hundredths of a ms after an 11.6
+                      // ms one, the use 11.7 ms late last iteration.
                       DrainingQueueCase{"nine_tiny_steps_gan_like", kMs / 25, 11'700'000, 9}),
     [](const auto& info) { return std::string(info.param.name); });
 
