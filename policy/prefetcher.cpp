@@ -134,19 +134,15 @@ std::size_t Prefetcher::choose(const UseSchedule& schedule, std::uint32_t positi
       // A restore the link would start at once is timed by when its use comes without the
       // waits the learned times keep: they hold the use's wait for this very restore, last
       // time it was late, and timed by them it is late by as much again, every iteration. So
-      // is one that, behind the copies queued, is done before the next decision (where `due`
-      // is reckoned from): the link idles by then, so the wait was lateness, not load. Judged
-      // by an empty queue alone, a restore behind 2 ms of copies, decided as an 11.6 ms launch
-      // began, kept the learned time, waited for the next decision and was late by the 11.7
-      // ms of its last wait again, every iteration (gan-6 at 50 %/50 GB/s: 8.28 % overhead,
-      // 2.38 with this; the oracle 1.32). One that queues past the next decision keeps the
-      // learned time: there the waits are the link's load, and starting it earlier only holds
-      // its memory longer (at 12 GB/s, every wait taken out made the synthetic sample 20 %
-      // slower; docs/policy.md, *Where delta's regret at 50 GB/s comes from*). Nor is a queue
-      // that merely drains by the next decision enough: the planner's replay then parted from
-      // the run (DeltaPlanning.WhatThePlannerPredictedIsWhatTheIterationsAfterItCost, 12 GB/s:
-      // mixed predicted 40.6 ms, ran 54.0; docs/policy.md, *A restore done before the next
-      // decision*).
+      // is one done, behind the copies queued, before the next decision (where `due` is
+      // reckoned from): the link idles by then, so the wait was lateness, not load (gan-6 at
+      // 50 %/50 GB/s, a restore behind 2 ms of copies as an 11.6 ms launch began: 8.28 %
+      // overhead judged by an empty queue alone, 2.38 so). One that queues past the next
+      // decision keeps the learned time: there the waits are the link's load, and starting it
+      // earlier only holds its memory longer (at 12 GB/s, every wait taken out made the
+      // synthetic sample 20 % slower). A queue that merely drains by then is not enough: the
+      // planner's replay parted from the run (docs/policy.md, *Where delta's regret at 50 GB/s
+      // comes from* and *A restore done before the next decision*).
       const bool idle_by_next = queue_end <= 0 || queue_end + h2d <= to_next_decision;
       const std::int64_t due = idle_by_next ? learned_due - waited : learned_due;
       if (due - (queue_end + h2d) > gap) continue;  // not yet: still on time at the next launch

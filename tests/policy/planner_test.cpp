@@ -483,8 +483,8 @@ TEST(DeltaPlanning, APlanThatKeepsModeAndWindowStartsWhereItsReplayedIterationSt
   // mode, instead of measuring its way there through the first iteration it knows the pattern
   // of. So does a change to the far window (its room is made by times far ahead, and those
   // learned again from an iteration run by the old window were not the replay's). Another change
-  // of window alone still learns the next iteration again. Every shape here whose plan keeps mode and window is checked, and so
-  // is every one that changes the window only.
+  // of window alone still learns the next iteration again. Every shape here whose plan keeps mode
+  // and window is checked, and so is every one that changes the window only.
   int kept = 0, window_only = 0, to_far = 0;
   for (int layers : {4, 6, 8}) {
     for (std::int64_t fwd_ns : {100'000, 1'000'000, 5'000'000}) {

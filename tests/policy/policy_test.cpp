@@ -470,6 +470,17 @@ INSTANTIATE_TEST_SUITE_P(
         UpcomingCase{"never_negative", {Now::kResident}, {{0, {0}, {0}}, {0, {}, {}}, {0, {}, {}}, {0, {}, {}}}, 0}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// The prefetcher tests' table: a 1-byte buffer 0 resident, `swapped` out by a swap, `bytes`
+// large (on the tests' 1 byte/ns link, bytes are ns).
+BufferTable tableWithSwappedOut(BufferId swapped, std::uint64_t bytes) {
+  BufferTable table(4);
+  table.allocate(0, 1, 0);
+  table.allocate(swapped, bytes, 0);
+  table.setResident(swapped, false);
+  table[swapped].evicted_by = Action::kSwap;
+  return table;
+}
+
 // A swapped buffer (id 1) used at launch `use` of launches `step` apart, as learned with
 // `wait` before launch `use - waited_before` (the device stood that long there last
 // iteration: for the use itself, its wait for this very restore).
@@ -505,11 +516,7 @@ TEST_P(LateRestore, ARestoreTheLinkWouldStartAtOnceIsTimedWithoutTheLearnedWaits
     schedule.finish(t);
     return schedule;
   };
-  BufferTable table(4);
-  table.allocate(0, 1, 0);
-  table.allocate(kSwapped, static_cast<std::uint64_t>(h2d), 0);  // 1 byte/ns: bytes are ns
-  table.setResident(kSwapped, false);
-  table[kSwapped].evicted_by = Action::kSwap;
+  const BufferTable table = tableWithSwappedOut(kSwapped, static_cast<std::uint64_t>(h2d));
   const CostModel link(1.0, 1.0);
   std::array<Prefetch, 4> out{};
   constexpr std::int64_t kNow = 1'000'000'000;
@@ -582,11 +589,7 @@ TEST_P(DrainingQueue, ARestoreDoneBeforeTheNextDecisionIsTimedWithoutTheLearnedW
   schedule.finish(t);
   std::vector<std::int64_t> waits(use + 3, 0);
   waits[use] = c.wait;
-  BufferTable table(4);
-  table.allocate(0, 1, 0);
-  table.allocate(kSwapped, static_cast<std::uint64_t>(h2d), 0);  // 1 byte/ns: bytes are ns
-  table.setResident(kSwapped, false);
-  table[kSwapped].evicted_by = Action::kSwap;
+  const BufferTable table = tableWithSwappedOut(kSwapped, static_cast<std::uint64_t>(h2d));
   const CostModel link(1.0, 1.0);
   std::array<Prefetch, 4> out{};
   constexpr std::int64_t kNow = 1'000'000'000;
@@ -1030,11 +1033,7 @@ TEST_P(RestoreBehindBacklog, WaitsOnlyWhileTheLaunchesBeforeItsTransferNeedItsMe
     if (q == 3 && c.resident_freed) schedule.addFree(kFreed, alloc);
   }
   schedule.finish(kLaunches * c.step);
-  BufferTable table(4);
-  table.allocate(0, 1, 0);
-  table.allocate(kSwapped, restore_bytes, 0);
-  table.setResident(kSwapped, false);
-  table[kSwapped].evicted_by = Action::kSwap;
+  BufferTable table = tableWithSwappedOut(kSwapped, restore_bytes);
   if (c.resident_freed) table.allocate(kFreed, alloc, 0);
   const CostModel link(1.0, 1.0);
   std::array<Prefetch, 4> out{};

@@ -264,7 +264,9 @@ TEST(SynthPlanning, AFarWindowIsChosenOnlyIfItsPredictedIterationIsNoSlower) {
           for (int s = 0; s < 2; ++s) {
             for (int m = 0; m < 3; ++m) {
               for (int win = 0; win < Prefetcher::kWindows; ++win) {
-                if (p.ranked_ns[s][m][win] < 0 || p.over_budget_ops[s][m][win] != p.over_budget_ops[cs][cm][cw]) continue;
+                const bool comparable =
+                    p.ranked_ns[s][m][win] >= 0 && p.over_budget_ops[s][m][win] == p.over_budget_ops[cs][cm][cw];
+                if (!comparable) continue;
                 if (win == kFar) {
                   far_faster_over_two |= p.ranked_ns[s][m][win] < p.ranked_ns[cs][cm][cw];
                 } else if (bs < 0 || p.ranked_ns[s][m][win] < p.ranked_ns[bs][bm][bw]) {
