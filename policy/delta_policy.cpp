@@ -184,6 +184,7 @@ void DeltaPolicy::replan() {
     plan.planned = true;
     plan.mode = switch_to_;
     plan.window = switch_window_;
+    plan.optimistic = switch_optimistic_;
     applyPlan(std::move(plan), false, true);
     return;
   }

@@ -66,9 +66,12 @@ class DeltaPolicy : public Policy {
   Prefetcher::Window activeWindow() const { return plan_.planned ? plan_.window : Prefetcher::Window::kGross; }
   // For the planner's replays: run in the configured mode until an iteration is learned, then
   // `mode` and `window`, as a planned policy would (without planning in turn).
-  void switchWhenLearned(DirectorMode mode, Prefetcher::Window window = Prefetcher::Window::kGross) {
+  // `optimistic`: Plan::optimistic for the mode switched to.
+  void switchWhenLearned(DirectorMode mode, Prefetcher::Window window = Prefetcher::Window::kGross,
+                         bool optimistic = false) {
     switch_to_ = mode;
     switch_window_ = window;
+    switch_optimistic_ = optimistic;
     switch_pending_ = true;
   }
   // Host-to-device time of the restores owed for buffers swapped out and not yet restored.
@@ -79,9 +82,15 @@ class DeltaPolicy : public Policy {
   // the op; more: its inputs had to come back too; 1 until measured).
   // Swaps are measured per context (swapClass): whether the memory was needed at once, and how
   // far ahead of the transfer time the next use was predicted. A class not measured yet: 1 (the
-  // restore not hidden), pessimism until shown otherwise. (Taking the other classes' average
+  // restore not hidden), pessimism until shown otherwise; under an optimistic plan
+  // (Plan::optimistic) 0, the director's model alone. (Taking the other classes' average
   // instead was measured: it keeps delta from ever trying the swaps that turn out cheap.)
-  double swapVisibleShare(std::uint32_t swap_class) const { return swap_outcome_[swap_class].ratio(1.0); }
+  double swapVisibleShare(std::uint32_t swap_class) const {
+    return swap_outcome_[swap_class].ratio(untriedSwapShare());
+  }
+  double untriedSwapShare() const {
+    return plan_.planned && plan_.mode == DirectorMode::kMixed && plan_.optimistic ? 0.0 : 1.0;
+  }
   static std::uint32_t swapClass(bool urgent, std::int64_t next_use_ns, std::int64_t h2d_ns);
   static constexpr std::uint32_t kSlackClasses = 4;
   static constexpr std::uint32_t kSwapClasses = 2 * kSlackClasses;
@@ -131,6 +140,7 @@ class DeltaPolicy : public Policy {
   Plan plan_;
   DirectorMode switch_to_ = DirectorMode::kMixed;
   Prefetcher::Window switch_window_ = Prefetcher::Window::kGross;
+  bool switch_optimistic_ = false;
   bool switch_pending_ = false;
   bool relearning_ = false;
   // Planning by the caller: the request (reserved when plan_elsewhere), whether the caller

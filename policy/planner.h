@@ -31,7 +31,8 @@
 // recompute-only 8.2 % overhead, switched to 9.0; docs/policy.md).
 //
 // Cost: building the workload is O(launches + uses); each replay is the simulator's cost for
-// three iterations (learn, switch, measure), fifteen replays for delta, three for swap-only and
+// three iterations (learn, switch, measure), sixteen replays for delta (mixed with the gross
+// window twice, once per prior), three for swap-only and
 // three for recompute-only (the slowest cut short: Planner::kGiveUpFactor). It
 // allocates, so it runs only when a new iteration is learned (a stable loop: once), never per
 // launch; docs/policy.md gives the time.
@@ -85,6 +86,14 @@ struct Plan {
   DirectorMode mode = DirectorMode::kMixed;
   Prefetcher::Window window = Prefetcher::Window::kGross;
   PlanStart start = PlanStart::kSwitched;
+  // The prior of the mixed candidates for a swap context not measured yet
+  // (DeltaPolicy::swapVisibleShare): false, priced as if its restore were all visible, until
+  // measured; true, priced by the director's model alone. Pessimism never tries the swaps that
+  // would turn out hidden, and the mix stays drop-heavy where swapping is cheap (ResNet-32 at
+  // 50 GB/s); optimism tries swaps whose restores find no free memory to land in early
+  // (wide-branches at 30 %). Which holds is the workload's: both priors are replayed with the
+  // gross window, and every mixed candidate runs with the faster one (docs/policy.md).
+  bool optimistic = false;
   // false: no budget, no usable iteration, or it fits the budget; the configured mode and the
   // gross window stay.
   bool planned = false;
@@ -100,6 +109,8 @@ struct Plan {
   std::int64_t ranked_ns[2][3][Prefetcher::kWindows] = {
       {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}}, {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}}};
   std::uint64_t over_budget_ops[2][3][Prefetcher::kWindows] = {};  // ops the replay ran over the budget
+  // Mixed with the gross window under the prior not chosen (the other `optimistic`).
+  std::int64_t other_prior_ns = kNotReplayed;
   std::int64_t chosenNs() const {
     return predicted_ns[static_cast<int>(start)][static_cast<int>(mode)][static_cast<int>(window)];
   }
@@ -115,7 +126,7 @@ struct Plan {
 
   // The chosen candidate as `replay` prints it: the mode, "/net" when room is made ahead by
   // the net window, "/on-demand" when none is, "/far" by the far window, "/fresh" when its
-  // replay started in its mode.
+  // replay started in its mode, "/optimistic" for mixed under the optimistic prior.
   std::string name() const;
   // Every candidate replayed with its predicted iteration time, in that notation.
   std::string predictions() const;

@@ -273,6 +273,77 @@ TEST(PlannerChoose, CutsShortOnlyAReplayFarSlowerThanTheShortest) {
             Planner::kGiveUpFactor * full_run(p.mode, p.window, p.start));
 }
 
+// Mixed's prior for a swap context not measured yet (Plan::optimistic): both are replayed with
+// the gross window, and the faster, ranked as candidates are, is every mixed candidate's. Each
+// shape is replayed here under both priors, outside the planner: the planner's figures are
+// those replays, and it kept the faster. Where drops cost about as much as swaps would show
+// on the link, pessimism drops what a swap would have hidden, and the optimistic prior must win.
+TEST(PlannerChoose, MixedRunsUnderTheFasterPriorForSwapsNotMeasuredYet) {
+  struct Shape {
+    std::string name;
+    Workload w;
+    double gbps;
+    double share;
+    bool optimistic_wins;  // by a margin: swaps hide that pessimism never tries
+  };
+  std::vector<Shape> shapes;
+  shapes.push_back({"8 x 64 MiB, 3 ms per layer", trainingWorkload(8, 64 * kMiB, 3'000'000), 12.0, 0.7, true});
+  shapes.push_back({"8 x 64 MiB, 1 ms per layer", trainingWorkload(8, 64 * kMiB, 1'000'000), 12.0, 0.3, true});
+  shapes.push_back({"16 x 16 MiB, 0.2 ms per layer", trainingWorkload(16, 16 * kMiB, 200'000), 12.0, 0.3, false});
+  std::mt19937 rng(7);
+  for (int i = 0; i < 4; ++i) {
+    const double gbps = i % 2 ? 50.0 : 12.0;
+    shapes.push_back({"random " + std::to_string(i), testing::randomTraining(rng, 12), gbps, 0.5, false});
+  }
+  int optimistic = 0, pessimistic = 0;
+  for (const Shape& c : shapes) {
+    const std::uint64_t budget = static_cast<std::uint64_t>(c.share * static_cast<double>(c.w.peakBytes()));
+    const Plan p = Planner::choose(c.w, budget, CostModel(c.gbps, c.gbps));
+    ASSERT_TRUE(p.planned) << c.name;
+    SimOptions o;
+    o.budget_bytes = budget;
+    o.h2d_gbps = o.d2h_gbps = c.gbps;
+    o.iterations = 3;
+    o.warmup = 1;
+    PolicyConfig config = policyConfigFor(c.w, o);
+    config.budget_bytes = 0;
+    auto mixed_under = [&](bool prior) {
+      DeltaPolicy policy(config, DirectorMode::kMixed);
+      policy.switchWhenLearned(DirectorMode::kMixed, Prefetcher::Window::kGross, prior);
+      const SimResult r = Simulator(c.w, o).run(policy);
+      EXPECT_EQ(policy.untriedSwapShare(), prior ? 0.0 : 1.0) << c.name;
+      return r;
+    };
+    const SimResult chosen = mixed_under(p.optimistic);
+    const SimResult other = mixed_under(!p.optimistic);
+    EXPECT_EQ(p.predicted_ns[0][0][0], chosen.last_iteration_ns) << c.name;
+    EXPECT_EQ(p.ranked_ns[0][0][0], chosen.total_ns) << c.name;
+    EXPECT_EQ(p.other_prior_ns, other.last_iteration_ns) << c.name;
+    EXPECT_LE(chosen.over_budget_ops, other.over_budget_ops) << c.name;
+    if (chosen.over_budget_ops == other.over_budget_ops) {
+      // Pessimism keeps a tie: the way delta ran before the prior was a choice.
+      if (p.optimistic) {
+        EXPECT_LT(chosen.total_ns, other.total_ns) << c.name;
+      } else {
+        EXPECT_LE(chosen.total_ns, other.total_ns) << c.name;
+      }
+    }
+    if (c.optimistic_wins) {
+      EXPECT_TRUE(p.optimistic) << c.name << ": " << p.predictions();
+      EXPECT_LT(chosen.last_iteration_ns * 20, other.last_iteration_ns * 19) << c.name << ": " << p.predictions();
+    }
+    (p.optimistic ? optimistic : pessimistic) += 1;
+    // The names say which prior the mixed candidates ran with; a mode that is not mixed runs
+    // with none.
+    const bool named = p.name().find("/optimistic") != std::string::npos;
+    EXPECT_EQ(named, p.optimistic && p.mode == DirectorMode::kMixed) << c.name << ": " << p.name();
+    EXPECT_NE(p.predictions().find("mixed/optimistic "), std::string::npos) << c.name;
+  }
+  // Both priors win somewhere among these shapes: neither is a constant answer.
+  EXPECT_GT(optimistic, 0);
+  EXPECT_GT(pessimistic, 0);
+}
+
 // An iteration that starts by reading 256 MiB of state, then `quiet` launches 2 ms apart that
 // each make and free 1 MiB, then one that reads 64 MiB of weights and makes `burst` bytes.
 Workload stateThenBurst(int quiet, std::uint64_t burst) {
@@ -486,37 +557,39 @@ TEST(DeltaPlanning, APlanThatKeepsModeAndWindowStartsWhereItsReplayedIterationSt
   // of window alone still learns the next iteration again. Every shape here whose plan keeps mode
   // and window is checked, and so is every one that changes the window only.
   int kept = 0, window_only = 0, to_far = 0;
-  for (int layers : {4, 6, 8}) {
-    for (std::int64_t fwd_ns : {100'000, 1'000'000, 5'000'000}) {
-      for (double share : {0.3, 0.5, 0.7}) {
-        const Workload w = trainingWorkload(layers, 32 * kMiB, fwd_ns);
-        SimOptions o;
-        o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
-        o.h2d_gbps = o.d2h_gbps = 12.0;
-        o.iterations = 1;
-        o.warmup = 0;
-        DeltaPolicy delta(configFor(w, o.budget_bytes, 12.0), DirectorMode::kMixed);
-        const SimResult first = Simulator(w, o).run(delta);
-        delta.onIteration(first.total_ns);
-        const Plan& plan = delta.plan();
-        if (!plan.planned || plan.mode != DirectorMode::kMixed) continue;
-        const UseSchedule& learned = delta.pattern().schedule();
-        ASSERT_EQ(plan.learned_offsets_ns.size(), learned.length() + 1u);
-        const MeasuredOutcomes now = delta.measuredOutcomes();
-        if (plan.window == Prefetcher::Window::kGross || plan.window == Prefetcher::Window::kFar) {
-          ++(plan.window == Prefetcher::Window::kGross ? kept : to_far);
-          for (std::uint32_t pos = 0; pos <= learned.length(); ++pos) {
-            EXPECT_EQ(learned.offsetNs(pos), plan.learned_offsets_ns[pos]) << pos;
+  for (std::uint64_t act_bytes : {16 * kMiB, 32 * kMiB}) {
+    for (int layers : {4, 6, 8}) {
+      for (std::int64_t fwd_ns : {100'000, 1'000'000, 5'000'000}) {
+        for (double share : {0.3, 0.5, 0.7}) {
+          const Workload w = trainingWorkload(layers, act_bytes, fwd_ns);
+          SimOptions o;
+          o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+          o.h2d_gbps = o.d2h_gbps = 12.0;
+          o.iterations = 1;
+          o.warmup = 0;
+          DeltaPolicy delta(configFor(w, o.budget_bytes, 12.0), DirectorMode::kMixed);
+          const SimResult first = Simulator(w, o).run(delta);
+          delta.onIteration(first.total_ns);
+          const Plan& plan = delta.plan();
+          if (!plan.planned || plan.mode != DirectorMode::kMixed) continue;
+          const UseSchedule& learned = delta.pattern().schedule();
+          ASSERT_EQ(plan.learned_offsets_ns.size(), learned.length() + 1u);
+          const MeasuredOutcomes now = delta.measuredOutcomes();
+          if (plan.window == Prefetcher::Window::kGross || plan.window == Prefetcher::Window::kFar) {
+            ++(plan.window == Prefetcher::Window::kGross ? kept : to_far);
+            for (std::uint32_t pos = 0; pos <= learned.length(); ++pos) {
+              EXPECT_EQ(learned.offsetNs(pos), plan.learned_offsets_ns[pos]) << pos;
+            }
+            for (std::uint32_t k = 0; k < MeasuredOutcomes::kSwapClasses; ++k) {
+              EXPECT_EQ(now.swap[k].expected_ns, plan.outcomes.swap[k].expected_ns) << k;
+            }
+            EXPECT_EQ(now.urgent_price.expected_ns, plan.outcomes.urgent_price.expected_ns);
+            EXPECT_DOUBLE_EQ(now.recent_load_ns, plan.outcomes.recent_load_ns);
+          } else {
+            ++window_only;
+            // The run's own times, learned again next.
+            EXPECT_EQ(learned.durationNs(), first.total_ns);
           }
-          for (std::uint32_t k = 0; k < MeasuredOutcomes::kSwapClasses; ++k) {
-            EXPECT_EQ(now.swap[k].expected_ns, plan.outcomes.swap[k].expected_ns) << k;
-          }
-          EXPECT_EQ(now.urgent_price.expected_ns, plan.outcomes.urgent_price.expected_ns);
-          EXPECT_DOUBLE_EQ(now.recent_load_ns, plan.outcomes.recent_load_ns);
-        } else {
-          ++window_only;
-          // The run's own times, learned again next.
-          EXPECT_EQ(learned.durationNs(), first.total_ns);
         }
       }
     }
