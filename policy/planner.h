@@ -13,7 +13,8 @@
 // when memory is needed; mixed and swap-only also with the far window, which reaches past
 // launches that need little to a burst behind them, and wins only if its predicted iteration is
 // no slower too), and each reached two ways: switched to after an iteration run as configured
-// (as delta gets there), or run from a fresh start. The fastest is kept until the
+// (as delta gets there), or run from a fresh start; mixed under the prior for swaps not measured
+// yet that its replay with the gross window found faster (Plan::optimistic). The fastest is kept until the
 // iteration changes, and delta switching to its mode (or keeping mode and window) starts where
 // the candidate's measured iteration started in the replay: with the times it had learned and
 // the costs it had measured (the Plan carries them). A forced variant (swap-only,
@@ -32,10 +33,10 @@
 //
 // Cost: building the workload is O(launches + uses); each replay is the simulator's cost for
 // three iterations (learn, switch, measure), sixteen replays for delta (mixed with the gross
-// window twice, once per prior), three for swap-only and
-// three for recompute-only (the slowest cut short: Planner::kGiveUpFactor). It
-// allocates, so it runs only when a new iteration is learned (a stable loop: once), never per
-// launch; docs/policy.md gives the time.
+// window twice, once per prior: Plan::optimistic), three for swap-only and three for
+// recompute-only (the slowest cut short: Planner::kGiveUpFactor). It allocates, so it runs only
+// when a new iteration is learned (a stable loop: once), never per launch; docs/policy.md gives
+// the time.
 #pragma once
 
 #include <cstdint>
