@@ -14,10 +14,10 @@
 // launches that need little to a burst behind them, and wins only if its predicted iteration is
 // no slower too), and each reached two ways: switched to after an iteration run as configured
 // (as delta gets there), or run from a fresh start; mixed under the prior for swaps not measured
-// yet that its replay with the gross window found faster (Plan::optimistic). The fastest is kept until the
-// iteration changes, and delta switching to its mode (or keeping mode and window) starts where
-// the candidate's measured iteration started in the replay: with the times it had learned and
-// the costs it had measured (the Plan carries them). A forced variant (swap-only,
+// yet that its replay with the gross window found faster (Plan::optimistic). The fastest is kept
+// until the iteration changes, and delta switching to its mode (or keeping mode and window)
+// starts where the candidate's measured iteration started in the replay: with the times it had
+// learned and the costs it had measured (the Plan carries them). A forced variant (swap-only,
 // recompute-only) keeps its mode and chooses only the window.
 //
 // Why: the director decides one buffer at a time from modelled and measured costs, and on some
