@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "policy/delta_policy.h"
@@ -172,8 +173,10 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
                                                   ? std::span<const DirectorMode>(all)
                                                   : std::span<const DirectorMode>(&configured, 1);
   plan.mode = configured;
-  // One candidate's replay, kept in `plan` when it beats the best so far.
-  auto replay = [&](PlanStart start, Prefetcher::Window window, DirectorMode mode, bool optimistic) {
+  // One candidate's replay, kept in `plan` when it beats the best so far: the run, and whether
+  // it was kept.
+  auto replay = [&](PlanStart start, Prefetcher::Window window, DirectorMode mode,
+                    bool optimistic) -> std::pair<SimResult, bool> {
     DeltaPolicy policy(config, start == PlanStart::kFresh ? mode : configured);
     policy.switchWhenLearned(mode, window, optimistic);
     // A run many times longer than the shortest so far cannot have the fastest third
@@ -182,14 +185,7 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
     // (quadratic; 5 s of the 5.6 s a 10,000-launch plan took without the cut).
     sim.setGiveUpAfter(shortest_run_ns > 0 ? kGiveUpFactor * shortest_run_ns : 0);
     const SimResult r = sim.run(policy);
-    const int s = static_cast<int>(start), m = static_cast<int>(mode), wi = static_cast<int>(window);
-    if (r.gave_up) {
-      plan.predicted_ns[s][m][wi] = plan.ranked_ns[s][m][wi] = Plan::kGaveUp;
-      return false;
-    }
-    plan.predicted_ns[s][m][wi] = r.last_iteration_ns;
-    plan.ranked_ns[s][m][wi] = r.total_ns;
-    plan.over_budget_ops[s][m][wi] = r.over_budget_ops;
+    if (r.gave_up) return {r, false};
     if (r.over_budget_ops == 0) {
       shortest_run_ns = shortest_run_ns > 0 ? std::min(shortest_run_ns, r.run_ns) : r.run_ns;
     }
@@ -209,7 +205,7 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
         r.last_iteration_ns > best_last_ns) {
       better = false;
     }
-    if (!better) return false;
+    if (!better) return {r, false};
     best_last_ns = r.last_iteration_ns;
     best_ns = r.total_ns;
     best_run_ns = r.run_ns;
@@ -227,7 +223,15 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
     const std::span<const std::int64_t> waits = policy.pattern().deviceWaits();
     plan.learned_waits_ns.assign(waits.begin(), waits.end());
     plan.outcomes = policy.measuredOutcomes();
-    return true;
+    return {r, true};
+  };
+  auto predicted = [](const SimResult& r) { return r.gave_up ? Plan::kGaveUp : r.last_iteration_ns; };
+  // A candidate's figures in `plan`.
+  auto record = [&](PlanStart start, Prefetcher::Window window, DirectorMode mode, const SimResult& r) {
+    const int s = static_cast<int>(start), m = static_cast<int>(mode), wi = static_cast<int>(window);
+    plan.predicted_ns[s][m][wi] = predicted(r);
+    plan.ranked_ns[s][m][wi] = r.gave_up ? Plan::kGaveUp : r.total_ns;
+    if (!r.gave_up) plan.over_budget_ops[s][m][wi] = r.over_budget_ops;
   };
   // The far window's candidates last, each then weighed against the best of the others (below).
   const Prefetcher::Window near_windows[] = {Prefetcher::Window::kGross, Prefetcher::Window::kNet,
@@ -249,26 +253,18 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
           // Making room far ahead pays off where copies out must start long before a burst of
           // allocations; recompute-only drops, which free memory at once: not a candidate there.
           if (window == Prefetcher::Window::kFar && mode == DirectorMode::kRecomputeOnly) continue;
-          if (mode != DirectorMode::kMixed || plan.other_prior_ns != Plan::kNotReplayed) {
-            replay(start, window, mode, plan.optimistic);
+          // Mixed's first candidate, the first replay of all, under both priors
+          // (Plan::optimistic): the pessimistic one is the best so far, the optimistic one
+          // replaces it if better, and its prior is then every later mixed candidate's.
+          if (mode == DirectorMode::kMixed && start == PlanStart::kSwitched && window == Prefetcher::Window::kGross) {
+            const SimResult pessimistic = replay(start, window, mode, false).first;
+            const auto [optimistic, kept] = replay(start, window, mode, true);
+            plan.optimistic = kept;
+            record(start, window, mode, kept ? optimistic : pessimistic);
+            plan.other_prior_ns = predicted(kept ? pessimistic : optimistic);
             continue;
           }
-          // Mixed's first candidate, the first replay of all: under both priors
-          // (Plan::optimistic). The pessimistic one is the best so far; the optimistic one
-          // replaces it if better, and its prior is then every later mixed candidate's.
-          const int s = static_cast<int>(start), m = static_cast<int>(mode), wi = static_cast<int>(window);
-          replay(start, window, mode, false);
-          const std::int64_t pessimistic_ns[] = {plan.predicted_ns[s][m][wi], plan.ranked_ns[s][m][wi]};
-          const std::uint64_t pessimistic_over = plan.over_budget_ops[s][m][wi];
-          plan.optimistic = replay(start, window, mode, true);
-          if (plan.optimistic) {
-            plan.other_prior_ns = pessimistic_ns[0];
-          } else {
-            plan.other_prior_ns = plan.predicted_ns[s][m][wi];
-            plan.predicted_ns[s][m][wi] = pessimistic_ns[0];
-            plan.ranked_ns[s][m][wi] = pessimistic_ns[1];
-            plan.over_budget_ops[s][m][wi] = pessimistic_over;
-          }
+          record(start, window, mode, replay(start, window, mode, plan.optimistic).first);
         }
       }
     }
