@@ -81,7 +81,10 @@ void DeltaPolicy::onLaunch(const Launch& launch) {
 }
 
 void DeltaPolicy::onWaited(BufferId id, std::int64_t waited_ns) {
-  if (waited_ns > 0) waited_since_launch_ += waited_ns;
+  if (waited_ns > 0) {
+    waited_since_launch_ += waited_ns;
+    iteration_waits_ns_ += waited_ns;
+  }
   if (table_.valid(id) && waited_ns > 0 && pending_[id] != Pending::kNone) waited_[id] += waited_ns;
 }
 
@@ -287,6 +290,7 @@ void DeltaPolicy::atBoundary() {
     applyPlan(std::move(delivered_), replayed, current);
     reindexAll();  // predictions follow the adopted mode's times
   }
+  checkPlan();
   if (request_deferred_ && !request_out_) {
     // A plan adopted that learns the next iteration again stands on it, as on the spot.
     if (relearning_) {
@@ -302,6 +306,10 @@ void DeltaPolicy::applyPlan(Plan&& plan, bool replayed, bool current) {
   const Prefetcher::Window window_before = activeWindow();
   if (plan.planned || replayed) ++plans_adopted_;
   plan_ = std::move(plan);
+  for (auto& by_window : ran_waits_ns_) std::fill(std::begin(by_window), std::end(by_window), kNotMeasured);
+  std::fill(std::begin(mode_misjudged_), std::end(mode_misjudged_), 1.0);
+  candidate_since_ = pattern_.boundaries();
+  plan_switches_ = 0;
   const bool changed = activeMode() != before || activeWindow() != window_before;
   if (changed) director_ = Director(activeMode());
   // A new mode: what delta measured and learned so far is how the old mode's actions cost and
@@ -336,6 +344,96 @@ void DeltaPolicy::applyPlan(Plan&& plan, bool replayed, bool current) {
   // the new way; the iteration after it is the one the planner's prediction is for.
   pattern_.relearnNext();
   relearning_ = true;
+}
+
+std::int64_t DeltaPolicy::predictedWaitsNs(DirectorMode mode, Prefetcher::Window window) const {
+  // The better of its two starts, in budget: the switch made now is neither, and the run
+  // measures what it is.
+  std::int64_t best = kNotMeasured;
+  const int m = static_cast<int>(mode), w = static_cast<int>(window);
+  for (int start = 0; start < 2; ++start) {
+    const std::int64_t predicted = plan_.predicted_ns[start][m][w];
+    if (predicted < 0 || plan_.over_budget_ops[start][m][w] > 0) continue;
+    const std::int64_t waits = std::max<std::int64_t>(0, predicted - plan_.compute_ns);
+    best = best == kNotMeasured ? waits : std::min(best, waits);
+  }
+  return best;
+}
+
+void DeltaPolicy::checkPlan() {
+  const std::int64_t waits = iteration_waits_ns_;
+  iteration_waits_ns_ = 0;
+  // The first iteration a candidate runs is its switch (relearned, its room not yet made the
+  // new way), as in its replay: not what it runs at. Afterwards the slower of the last two: a
+  // candidate whose iterations alternate runs at its slow ones every other iteration, and one
+  // that drifts slower from iteration to iteration is judged by where it is going.
+  const std::uint32_t ran = pattern_.boundaries() - candidate_since_;
+  const std::int64_t previous = previous_waits_ns_;
+  previous_waits_ns_ = waits;
+  if (!plan_.planned || plan_.compute_ns <= 0 || ran < 2) return;
+  const std::int64_t rate = ran == 2 ? waits : std::max(waits, previous);
+  const int mode = static_cast<int>(plan_.mode), window = static_cast<int>(plan_.window);
+  ran_waits_ns_[mode][window] = rate;
+  // How far the mode's replays misjudged it: its other candidates are likely misjudged alike
+  // (the mixed ones alike drift: 6 layers at 12 GB/s, 60 %, each predicted to wait 42 ms per
+  // iteration ran at 75, where recompute-only ran as predicted).
+  const std::int64_t floor_ns = std::max<std::int64_t>(plan_.compute_ns / 50, 1);
+  const std::int64_t predicted_waits = predictedWaitsNs(plan_.mode, plan_.window);
+  if (predicted_waits != kNotMeasured) {
+    mode_misjudged_[mode] = std::max(mode_misjudged_[mode], static_cast<double>(rate + floor_ns) /
+                                                                static_cast<double>(predicted_waits + floor_ns));
+  }
+  // The planner's replays predict each candidate from one learned iteration, over three
+  // iterations; a run goes on for thousands, and the state a candidate carries from one
+  // iteration to the next can take it elsewhere (tree-rnn-4 at 50 %/12 GB/s: mixed/net,
+  // predicted at 95.3 ms per iteration, 16.4 of them waits, ran 95.3 ms, then 159, 188, 170,
+  // 176; swap-only, predicted at 119, was never tried). What the run measured of a candidate
+  // replaces its prediction; a candidate never run keeps its prediction (the better of its two
+  // starts), scaled by how far its mode's measured candidates fell short of theirs, and one
+  // clearly faster than the running candidate's rate is switched to (there: swap-only/far
+  // after the fourth iteration, 111-117 ms from the seventh on). Each switch goes to a
+  // candidate expected to wait less than the rate measured, and at most kMaxPlanSwitches are
+  // made: a run that keeps missing its predictions stops where it measured least.
+  if (plan_switches_ >= kMaxPlanSwitches) return;
+  // A prediction must beat the rate by a tenth (a replay's prediction is only that); a rate
+  // measured, by a fiftieth of the compute (the same candidate measured twice differs little).
+  const std::int64_t measured_margin = plan_.compute_ns / 50;
+  const std::int64_t predicted_margin = std::max(rate / 10, measured_margin);
+  std::int64_t best = 0;
+  int best_mode = -1, best_window = -1;
+  for (int m = 0; m < 3; ++m) {
+    // A forced variant keeps its mode (the planner replayed it alone).
+    if (mode_ != DirectorMode::kMixed && m != static_cast<int>(mode_)) continue;
+    for (int w = 0; w < Prefetcher::kWindows; ++w) {
+      if (m == mode && w == window) continue;
+      std::int64_t expected = ran_waits_ns_[m][w];
+      std::int64_t margin = measured_margin;
+      if (expected == kNotMeasured) {
+        margin = predicted_margin;
+        expected = predictedWaitsNs(static_cast<DirectorMode>(m), static_cast<Prefetcher::Window>(w));
+        if (expected != kNotMeasured) {
+          expected = static_cast<std::int64_t>(static_cast<double>(expected) * std::max(1.0, mode_misjudged_[m]));
+        }
+      }
+      if (expected != kNotMeasured && expected < rate - margin && (best_mode < 0 || expected < best)) {
+        best = expected;
+        best_mode = m;
+        best_window = w;
+      }
+    }
+  }
+  if (best_mode < 0) return;
+  ++plan_switches_;
+  candidate_since_ = pattern_.boundaries();
+  const bool new_mode = best_mode != mode;
+  plan_.mode = static_cast<DirectorMode>(best_mode);
+  plan_.window = static_cast<Prefetcher::Window>(best_window);
+  plan_.start = PlanStart::kSwitched;
+  if (new_mode) director_ = Director(plan_.mode);
+  // As a planned switch does (applyPlan): the learned times are the old candidate's.
+  pattern_.relearnNext();
+  relearning_ = true;
+  reindexAll();
 }
 
 MeasuredOutcomes DeltaPolicy::measuredOutcomes() const {

@@ -14,9 +14,12 @@
 // none of a buffer brought back for a use still to come. With a budget (PolicyConfig), each
 // newly learned iteration is planned (planner.h): the mode and the window of upcomingBytes
 // that a replay of the iteration finds fastest; a new mode, or the mode and window kept,
-// start from the times and the measured costs its replay had reached. Costs as in policy.h;
-// learning adds O(buffers of the launch) per launch, and a newly learned iteration re-ranks the
-// resident buffers once (O(n log n)); the outcome bookkeeping is O(1) per event.
+// start from the times and the measured costs its replay had reached. The plan is then checked
+// against the run, once per iteration: a candidate whose iterations wait clearly longer than
+// another candidate is predicted (or was measured) to is left for that one (checkPlan), a few
+// times at most. Costs as in policy.h; learning adds O(buffers of the launch) per launch, and a
+// newly learned iteration re-ranks the resident buffers once (O(n log n)); the outcome
+// bookkeeping is O(1) per event, the check O(candidates) per iteration.
 #pragma once
 
 #include <string_view>
@@ -56,6 +59,10 @@ class DeltaPolicy : public Policy {
   void deliverPlan(Plan&& plan) override;
   // Plans adopted so far (each by replan or at a boundary).
   std::uint32_t plansAdopted() const { return plans_adopted_; }
+  // Candidates of the adopted plan switched to since it was adopted, because the run waited
+  // longer per iteration than another candidate's replay predicted (checkPlan).
+  std::uint32_t planSwitches() const override { return plan_switches_; }
+  std::string runningPlan() const override { return plan_.planned ? plan_.name() : std::string(); }
   std::uint32_t iterationBoundaries() const override { return pattern_.boundaries(); }
 
   const AccessPattern& pattern() const { return pattern_; }
@@ -111,6 +118,9 @@ class DeltaPolicy : public Policy {
  private:
   // Without a learned iteration, a buffer is expected back about this long after its last use.
   static constexpr std::int64_t kDefaultPeriodNs = 1'000'000'000;
+  // Switches of candidate a plan allows (checkPlan): enough to try the few that the replays
+  // put near the chosen one, few enough that a noisy run cannot cycle through them.
+  static constexpr std::uint32_t kMaxPlanSwitches = 3;
 
   void relearnIfChanged();
   void retimedIfChanged();
@@ -129,6 +139,12 @@ class DeltaPolicy : public Policy {
   // the learned iteration (`current`).
   void applyPlan(Plan&& plan, bool replayed, bool current);
   void adoptOutcomes(const MeasuredOutcomes& outcomes);
+  // At a boundary: the iteration just run under the plan against the plan's predictions; a
+  // candidate predicted (or measured) to wait clearly less is switched to.
+  void checkPlan();
+  // A candidate's predicted waits per iteration (its predicted time less the compute), the
+  // better of its two starts that kept the budget; kNotMeasured when none did.
+  std::int64_t predictedWaitsNs(DirectorMode mode, Prefetcher::Window window) const;
   void checkRestores(const Launch& launch);
   void closeOutcome(BufferId id, bool used);
   std::int64_t periodNs() const;
@@ -153,6 +169,17 @@ class DeltaPolicy : public Policy {
   bool request_deferred_ = false;
   std::uint32_t boundaries_seen_ = 0;
   std::uint32_t plans_adopted_ = 0;
+  // The plan checked against the run (checkPlan), from its adoption on: the waits each
+  // candidate (mode and window) ran at per iteration, kNotMeasured until it ran; the waits
+  // told since the last boundary and in the iteration before; the boundary the candidate
+  // running now started at; switches made.
+  static constexpr std::int64_t kNotMeasured = -1;
+  std::int64_t ran_waits_ns_[3][Prefetcher::kWindows] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}};
+  double mode_misjudged_[3] = {1.0, 1.0, 1.0};  // per mode: the most a candidate's rate exceeded its prediction
+  std::int64_t iteration_waits_ns_ = 0;
+  std::int64_t previous_waits_ns_ = 0;
+  std::uint32_t candidate_since_ = 0;
+  std::uint32_t plan_switches_ = 0;
   std::uint32_t generation_ = 0;
   std::uint32_t device_timed_ = 0;  // pattern_.deviceTimed() when last re-ranked
   std::uint32_t timed_generation_ = 0;  // the last learned iteration the device has timed

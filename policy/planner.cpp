@@ -269,6 +269,7 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
       }
     }
   }
+  for (const WorkloadOp& op : workload.ops) plan.compute_ns += op.compute_ns;
   plan.planned = true;
   return plan;
 }

@@ -112,6 +112,10 @@ struct Plan {
   std::uint64_t over_budget_ops[2][3][Prefetcher::kWindows] = {};  // ops the replay ran over the budget
   // Mixed with the gross window under the prior not chosen (the other `optimistic`).
   std::int64_t other_prior_ns = kNotReplayed;
+  // The replayed iteration's compute alone (its launches' times, nothing waited for): a
+  // candidate's predicted time less this is the waits it predicts per iteration, which
+  // DeltaPolicy checks the run against.
+  std::int64_t compute_ns = 0;
   std::int64_t chosenNs() const {
     return predicted_ns[static_cast<int>(start)][static_cast<int>(mode)][static_cast<int>(window)];
   }

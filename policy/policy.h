@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -116,6 +117,11 @@ class Policy {
   // can number them the same way each iteration from there (the shim does: a learned pattern
   // is keyed by buffer id).
   virtual std::uint32_t iterationBoundaries() const { return 0; }
+  // With a plan: the candidate running now ("" without one) and how many times the policy left
+  // one for another after measuring it (delta: DeltaPolicy::checkPlan). For reports, not the
+  // launch path: the name is built on each call.
+  virtual std::string runningPlan() const { return {}; }
+  virtual std::uint32_t planSwitches() const { return 0; }
 
   const BufferTable& buffers() const { return table_; }
   const CostModel& costs() const { return costs_; }

@@ -1481,6 +1481,8 @@ Stats Residency::stats() {
   copy.residentBytes = resident_;
   copy.foreignBytes = foreignBytes_ + programResident_;
   copy.liveBuffers = addresses_.size();
+  copy.planSwitches = policy_->planSwitches();
+  snprintf(copy.runningPlan, sizeof copy.runningPlan, "%s", policy_->runningPlan().c_str());
   return copy;
 }
 

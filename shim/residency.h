@@ -146,6 +146,10 @@ struct Stats {
   uint64_t planningNs = 0;
   int64_t planPredictedNs = -1;
   char planName[48] = "";
+  // The candidate running now, and how many times the policy switched the plan's candidate
+  // after measuring it (Policy::planSwitches).
+  char runningPlan[48] = "";
+  uint64_t planSwitches = 0;
   // Physical memory the program made itself with cuMemCreate (framework_memory.cpp): what of it
   // is on the device now, its peak, how many handles it made; and the peak of that plus managed
   // resident memory, the device memory the budget covers. Of those handles' mappings, how many

@@ -230,6 +230,10 @@ void Shim::printSummary() {
             s.planningNs / 1e9, s.planName,
             s.planPredictedNs >= 0 ? (", predicted " + std::to_string(s.planPredictedNs / 1000) + " us per iteration").c_str()
                                    : " (the iteration fits the budget)");
+  if (s.planSwitches > 0)
+    logLine("summary: the plan's candidate switched %llu time(s) after measuring it against the "
+            "others' predictions; running: %s",
+            (unsigned long long)s.planSwitches, s.runningPlan);
   if (s.foreignHandles > 0)
     logLine("summary: the program's own physical memory (cuMemCreate): %llu handles, %llu MiB "
             "on the device now, %llu MiB at most; %llu of its mappings paged, %llu pinned, %llu "
@@ -258,7 +262,8 @@ void Shim::printSummary() {
           "foreign_peak_bytes=%llu peak_device_bytes=%llu program_mappings=%llu "
           "program_pinned=%llu restore_wait_ns=%llu adopted_frees=%llu reused_frees=%llu "
           "unanalysed_hold_bytes=%llu pinned_host_bytes=%llu pinned_chunks=%llu "
-          "pinned_chunks_ahead=%llu physical_creates=%llu physical_releases=%llu mappings=%llu%s",
+          "pinned_chunks_ahead=%llu physical_creates=%llu physical_releases=%llu mappings=%llu "
+          "plan_switches=%llu%s",
           (unsigned long long)residency->budget(), (unsigned long long)s.peakResidentBytes,
           (unsigned long long)s.evictions, (unsigned long long)s.restores,
           (unsigned long long)s.prefetches, (unsigned long long)s.bytesToHost,
@@ -278,7 +283,7 @@ void Shim::printSummary() {
           (unsigned long long)s.unanalysedHoldBytes, (unsigned long long)s.pinnedHostBytes,
           (unsigned long long)s.pinnedChunks, (unsigned long long)s.pinnedChunksAhead,
           (unsigned long long)s.physicalCreates, (unsigned long long)s.physicalReleases,
-          (unsigned long long)s.mappings, allocPathStatsKeys().c_str());
+          (unsigned long long)s.mappings, (unsigned long long)s.planSwitches, allocPathStatsKeys().c_str());
 }
 
 }  // namespace delta::shim
