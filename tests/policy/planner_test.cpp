@@ -648,6 +648,16 @@ TEST(DeltaPlanning, PlannedElsewhereTheSamePlanIsAdoptedAtTheNextBoundary) {
   }
 }
 
+// Training loops of the tests below that run delta for many iterations (trainingWorkload's
+// arguments): several layers of mid-size activations, many small ones, a few large ones.
+struct TrainingShape {
+  int layers;
+  std::uint64_t act_bytes;
+  std::int64_t fwd_ns;
+};
+constexpr TrainingShape kTrainingShapes[] = {
+    {8, 64 * kMiB, 1'000'000}, {12, 16 * kMiB, 200'000}, {6, 256 * kMiB, 5'000'000}};
+
 // A planner that misjudged: its plan names the candidate its replays found slowest (switched
 // from the configured start, in budget), predicted as fast as the fastest, with no replay's
 // state to start from.
@@ -688,13 +698,8 @@ TEST(DeltaPlanning, ACandidateThatWaitsMoreThanAnotherIsPredictedToIsLeftForIt) 
   // to (or was measured to) is left for that one, a few times at most. Here the plan lies: it
   // runs the slowest candidate, said to be as fast as the fastest. The run must leave it and
   // settle near the fastest; where all candidates are alike, it keeps the one planned.
-  struct Case {
-    int layers;
-    std::uint64_t act_bytes;
-    std::int64_t fwd_ns;
-  };
   int left = 0;
-  for (const Case& c : {Case{8, 64 * kMiB, 1'000'000}, Case{12, 16 * kMiB, 200'000}, Case{6, 256 * kMiB, 5'000'000}}) {
+  for (const TrainingShape& c : kTrainingShapes) {
     const Workload w = trainingWorkload(c.layers, c.act_bytes, c.fwd_ns);
     for (double gbps : {1.0, 12.0, 50.0}) {
       for (double share : {0.35, 0.6}) {
@@ -858,15 +863,9 @@ TEST(DeltaPlanning, PlannedElsewhereCostsOneIterationNotTheSteadyState) {
   // an iteration later. Measured over six iterations after ten: single iterations of delta
   // swing by up to 2x from one to the next on some rows (the state it carries over), and a
   // candidate that runs slower than another's prediction is left for it (DeltaPolicy::checkPlan),
-  // each switch an iteration later too (6 layers at 12 GB/s, 60 %: three switches, settled
-  // from the ninth iteration on).
-  struct Case {
-    int layers;
-    std::uint64_t act_bytes;
-    std::int64_t fwd_ns;
-  };
+  // each switch an iteration later too.
   int changed_mode = 0;
-  for (const Case& c : {Case{8, 64 * kMiB, 1'000'000}, Case{12, 16 * kMiB, 200'000}, Case{6, 256 * kMiB, 5'000'000}}) {
+  for (const TrainingShape& c : kTrainingShapes) {
     const Workload w = trainingWorkload(c.layers, c.act_bytes, c.fwd_ns);
     for (double gbps : {1.0, 12.0, 50.0}) {
       for (double share : {0.35, 0.6}) {
