@@ -1482,8 +1482,13 @@ Stats Residency::stats() {
   copy.foreignBytes = foreignBytes_ + programResident_;
   copy.liveBuffers = addresses_.size();
   copy.planSwitches = policy_->planSwitches();
-  snprintf(copy.runningPlan, sizeof copy.runningPlan, "%s", policy_->runningPlan().c_str());
   return copy;
+}
+
+std::string Residency::runningPlan() {
+  ReentryGuard guard;
+  std::lock_guard lock(mutex_);
+  return policy_->runningPlan();
 }
 
 }  // namespace delta::shim

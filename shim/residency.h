@@ -65,6 +65,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "policy/policy.h"
@@ -146,9 +147,8 @@ struct Stats {
   uint64_t planningNs = 0;
   int64_t planPredictedNs = -1;
   char planName[48] = "";
-  // The candidate running now, and how many times the policy switched the plan's candidate
-  // after measuring it (Policy::planSwitches).
-  char runningPlan[48] = "";
+  // How many times the policy switched the plan's candidate after measuring it
+  // (Policy::planSwitches; runningPlan() names the one running).
   uint64_t planSwitches = 0;
   // Physical memory the program made itself with cuMemCreate (framework_memory.cpp): what of it
   // is on the device now, its peak, how many handles it made; and the peak of that plus managed
@@ -332,6 +332,9 @@ class Residency {
   bool anyRecomputable() const { return anyRecomputable_.load(std::memory_order_relaxed); }
 
   Stats stats();
+  // The plan's candidate running now (Policy::runningPlan): for the summary, not in stats(),
+  // which cudaMemGetInfo reads and which builds no string.
+  std::string runningPlan();
   uint64_t budget() const { return config_.budgetBytes; }
   // How many of the program's calls a hold over the budget for work that cannot be analysed
   // lasts after the last such work (unanalysedHoldBytes_).

@@ -233,7 +233,7 @@ void Shim::printSummary() {
   if (s.planSwitches > 0)
     logLine("summary: the plan's candidate switched %llu time(s) after measuring it against the "
             "others' predictions; running: %s",
-            (unsigned long long)s.planSwitches, s.runningPlan);
+            (unsigned long long)s.planSwitches, residency->runningPlan().c_str());
   if (s.foreignHandles > 0)
     logLine("summary: the program's own physical memory (cuMemCreate): %llu handles, %llu MiB "
             "on the device now, %llu MiB at most; %llu of its mappings paged, %llu pinned, %llu "

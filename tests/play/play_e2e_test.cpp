@@ -344,6 +344,8 @@ TEST(DeltaPlay, DeltaPlansOffTheLaunchPathAndSaysWhat) {
       EXPECT_EQ(summary(shimmed)["tokens"], summary(plain)["tokens"]);
       const unsigned long long plans = shimmed.stat("plans");
       EXPECT_GE(plans, 1u) << shimmed.err;
+      // Switches of candidate after measuring it (DeltaPolicy::checkPlan): at most three a plan.
+      EXPECT_LE(shimmed.stat("plan_switches"), 3u) << shimmed.err;
       EXPECT_NE(shimmed.err.find("plan(s) made on the planner thread"), std::string::npos) << shimmed.err;
       const std::regex planField(R"(planner thread in [0-9.]+ s; the last: ([^ ,]+))");
       std::smatch planName;
