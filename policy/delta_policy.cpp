@@ -183,12 +183,7 @@ void DeltaPolicy::replan() {
   }
   if (switch_pending_) {  // a planner's replay: switch as planned, plan nothing
     switch_pending_ = false;
-    Plan plan;
-    plan.planned = true;
-    plan.mode = switch_to_;
-    plan.window = switch_window_;
-    plan.optimistic = switch_optimistic_;
-    applyPlan(std::move(plan), false, true);
+    applyPlan(std::move(switch_plan_), switch_adopts_, true);
     return;
   }
   if (config_.budget_bytes == 0) return;

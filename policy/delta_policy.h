@@ -76,9 +76,20 @@ class DeltaPolicy : public Policy {
   // `optimistic`: Plan::optimistic for the mode switched to.
   void switchWhenLearned(DirectorMode mode, Prefetcher::Window window = Prefetcher::Window::kGross,
                          bool optimistic = false) {
-    switch_to_ = mode;
-    switch_window_ = window;
-    switch_optimistic_ = optimistic;
+    switch_plan_ = Plan{};
+    switch_plan_.planned = true;
+    switch_plan_.mode = mode;
+    switch_plan_.window = window;
+    switch_plan_.optimistic = optimistic;
+    switch_adopts_ = false;
+    switch_pending_ = true;
+  }
+  // For the planner's check of a candidate: once an iteration is learned, adopt `plan` as a
+  // planned policy adopts the planner's (its learned times and measured costs included), so
+  // that the replay runs what the run will.
+  void adoptWhenLearned(const Plan& plan) {
+    switch_plan_ = plan;
+    switch_adopts_ = true;
     switch_pending_ = true;
   }
   // Host-to-device time of the restores owed for buffers swapped out and not yet restored.
@@ -154,9 +165,8 @@ class DeltaPolicy : public Policy {
   Director director_;
   DirectorMode mode_;
   Plan plan_;
-  DirectorMode switch_to_ = DirectorMode::kMixed;
-  Prefetcher::Window switch_window_ = Prefetcher::Window::kGross;
-  bool switch_optimistic_ = false;
+  Plan switch_plan_;  // for the planner's replays (switchWhenLearned, adoptWhenLearned)
+  bool switch_adopts_ = false;
   bool switch_pending_ = false;
   bool relearning_ = false;
   // Planning by the caller: the request (reserved when plan_elsewhere), whether the caller

@@ -31,12 +31,18 @@
 // and on some workloads one is faster, on others the other (LSTM 50 % at 12 GB/s: fresh
 // recompute-only 8.2 % overhead, switched to 9.0; docs/policy.md).
 //
+// Then the check: a run does not switch as these replays did, it adopts the chosen replay's
+// state as that replay ended, and can run otherwise from there. The best Planner::kChecked
+// candidates are replayed again as a run adopting each goes (DeltaPolicy::adoptWhenLearned);
+// the fastest checked is chosen, with the figures of its check.
+//
 // Cost: building the workload is O(launches + uses); each replay is the simulator's cost for
 // three iterations (learn, switch, measure), sixteen replays for delta (mixed with the gross
 // window twice, once per prior: Plan::optimistic), three for swap-only and three for
-// recompute-only (the slowest cut short: Planner::kGiveUpFactor). It allocates, so it runs only
-// when a new iteration is learned (a stable loop: once), never per launch; docs/policy.md gives
-// the time.
+// recompute-only (the slowest cut short: Planner::kGiveUpFactor), then up to kChecked checks
+// (none for a candidate that adopts nothing; each cut short once slower than the fastest). It
+// allocates, so it runs only when a new iteration is learned (a stable loop: once), never per
+// launch; docs/policy.md gives the time.
 #pragma once
 
 #include <cstdint>
@@ -110,6 +116,8 @@ struct Plan {
   std::int64_t ranked_ns[2][3][Prefetcher::kWindows] = {
       {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}}, {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}}};
   std::uint64_t over_budget_ops[2][3][Prefetcher::kWindows] = {};  // ops the replay ran over the budget
+  // Replayed again as a run adopting it goes (Planner::choose), its figures then: those above.
+  bool checked[2][3][Prefetcher::kWindows] = {};
   // Mixed with the gross window under the prior not chosen (the other `optimistic`).
   std::int64_t other_prior_ns = kNotReplayed;
   // The replayed iteration's compute alone (its launches' times, nothing waited for): a
@@ -133,7 +141,8 @@ struct Plan {
   // the net window, "/on-demand" when none is, "/far" by the far window, "/fresh" when its
   // replay started in its mode, "/optimistic" for mixed under the optimistic prior.
   std::string name() const;
-  // Every candidate replayed with its predicted iteration time, in that notation.
+  // Every candidate replayed with its predicted iteration time, in that notation ("as
+  // adopted" after the time of one checked).
   std::string predictions() const;
 };
 
@@ -145,6 +154,8 @@ class Planner {
   // did, so twice that replay means its last two iterations alone take longer than the
   // shortest's three. Was 4; 2 pays for the far window's candidates (docs/policy.md).
   static constexpr std::int64_t kGiveUpFactor = 2;
+  // Candidates replayed again as a run adopting them goes (Planner::choose).
+  static constexpr std::size_t kChecked = 3;
 
   // The learned iteration as a workload. `buffers` is indexed by buffer id; `waited_ns` by
   // launch position (what each launch waited for memory, restores and recomputes).

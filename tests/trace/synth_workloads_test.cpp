@@ -264,8 +264,11 @@ TEST(SynthPlanning, AFarWindowIsChosenOnlyIfItsPredictedIterationIsNoSlower) {
           for (int s = 0; s < 2; ++s) {
             for (int m = 0; m < 3; ++m) {
               for (int win = 0; win < Prefetcher::kWindows; ++win) {
-                const bool comparable =
-                    p.ranked_ns[s][m][win] >= 0 && p.over_budget_ops[s][m][win] == p.over_budget_ops[cs][cm][cw];
+                // Checked (replayed again as the run adopting it goes) alike: the chosen one
+                // is checked, and its figures are the check's.
+                const bool comparable = p.ranked_ns[s][m][win] >= 0 &&
+                                        p.over_budget_ops[s][m][win] == p.over_budget_ops[cs][cm][cw] &&
+                                        p.checked[s][m][win] == p.checked[cs][cm][cw];
                 if (!comparable) continue;
                 if (win == kFar) {
                   far_faster_over_two |= p.ranked_ns[s][m][win] < p.ranked_ns[cs][cm][cw];
