@@ -325,9 +325,7 @@ void DeltaPolicy::applyPlan(Plan&& plan, bool replayed, bool current) {
   // DenseNet-121 at 50 %/50 GB/s: swap-only/far predicted 373.83 ms per iteration against
   // 374.56 by the gross window, ran 9.06 % over against 5.14; adopting the replay's start,
   // 5.18).
-  const bool new_mode = activeMode() != before;
-  const bool to_far = changed && activeWindow() == Prefetcher::Window::kFar;
-  if (replayed && current && (new_mode || !changed || to_far) &&
+  if (replayed && current && adoptsReplayedState(before, window_before, activeMode(), activeWindow()) &&
       pattern_.retimeLearned(plan_.learned_offsets_ns, plan_.learned_waits_ns)) {
     adoptOutcomes(plan_.outcomes);
     return;

@@ -84,6 +84,13 @@ class DeltaPolicy : public Policy {
     switch_adopts_ = false;
     switch_pending_ = true;
   }
+  // Whether a plan moving from `from_mode` and `from_window` to `to_mode` and `to_window` starts
+  // where its replay's measured iteration started (applyPlan): a new mode, no change, or the
+  // far window; a change of window alone learns the next iteration again.
+  static bool adoptsReplayedState(DirectorMode from_mode, Prefetcher::Window from_window, DirectorMode to_mode,
+                                  Prefetcher::Window to_window) {
+    return to_mode != from_mode || to_window == from_window || to_window == Prefetcher::Window::kFar;
+  }
   // For the planner's check of a candidate: once an iteration is learned, adopt `plan` as a
   // planned policy adopts the planner's (its learned times and measured costs included), so
   // that the replay runs what the run will.

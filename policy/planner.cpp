@@ -334,11 +334,9 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
     std::int64_t best_last_ns = 0;
     for (std::size_t i : order) {
       Candidate& c = candidates[i];
-      const bool new_mode = c.plan.mode != configured;
-      const bool new_window = c.plan.window != Prefetcher::Window::kGross;
-      const bool adopts = new_mode || !new_window || far(i);
       SimResult r = c.result;
-      if (adopts) {
+      // Unplanned, the run is in the configured mode with the gross window.
+      if (DeltaPolicy::adoptsReplayedState(configured, Prefetcher::Window::kGross, c.plan.mode, c.plan.window)) {
         DeltaPolicy policy(config, configured);
         policy.adoptWhenLearned(c.plan);
         sim.setGiveUpAfter(learn_ns == 0 ? 0 : learn_ns + (best_checked_ns >= 0 ? best_checked_ns : kGiveUpFactor * c.result.total_ns));
