@@ -9,8 +9,7 @@ namespace delta::policy {
 AccessPattern::AccessPattern(std::uint32_t max_buffers, std::uint32_t max_launches,
                              std::uint32_t max_uses, bool timed)
     : max_launches_(max_launches), timed_(timed) {
-  a_.reserve(max_buffers, max_launches, max_uses);
-  b_.reserve(max_buffers, max_launches, max_uses);
+  for (UseSchedule& schedule : schedules_) schedule.reserve(max_buffers, max_launches, max_uses);
   if (timed_) {
     for (DeviceTimes& ends : device_times_) {
       ends.start.resize(max_launches, kNotReported);
@@ -44,13 +43,13 @@ void AccessPattern::boundary(std::int64_t now_ns) {
     // not yet: the learned iteration may change below, and those times are of its launches.
     DeviceTimes& older = device_times_[open_times_ ^ 1];
     if (timed_ && !older.done) applyDeviceTimes(older);
-    const bool repeat = !relearn_next_ && learned_->ready() &&
-                        recording_->length() == learned_->length() && recording_hash_ == learned_hash_;
+    const bool repeat = !relearn_next_ && learnedSchedule().ready() &&
+                        recordingSchedule().length() == learnedSchedule().length() && recording_hash_ == learned_hash_;
     learned = repeat;
     if (!repeat) {
-      recording_->finish(now_ns - iteration_start_ns_);
-      if (recording_->ready()) {
-        std::swap(learned_, recording_);
+      recordingSchedule().finish(now_ns - iteration_start_ns_);
+      if (recordingSchedule().ready()) {
+        learned_ ^= 1u;
         device_waits_valid_ = false;  // until the device has timed this one
         learned_hash_ = recording_hash_;
         ++generation_;
@@ -65,7 +64,7 @@ void AccessPattern::boundary(std::int64_t now_ns) {
   // never comes (an attention at 50 %: 3.5 GB of need against a 1.1 GB budget).
   if (!started_) alloc_since_launch_ = 0;
   startDeviceTimes(closing, learned);
-  recording_->clear();
+  recordingSchedule().clear();
   recording_hash_ = 0;
   started_ = true;
   anchored_ = false;
@@ -88,7 +87,7 @@ void AccessPattern::onLaunch(const Launch& launch) {
     // iteration's launch on fresh allocations, whose ids the next iterations do not reuse).
     // Record again from this launch, not learning the partial recording, and wait twice as long
     // next time, so that an iteration longer than the limit is still found.
-    recording_->clear();
+    recordingSchedule().clear();
     recording_hash_ = 0;
     anchored_ = false;
     position_ = 0;
@@ -100,7 +99,7 @@ void AccessPattern::onLaunch(const Launch& launch) {
     first_signature_ = sig;
     anchored_ = true;
   }
-  recording_->addLaunch(launch.now_ns - iteration_start_ns_, alloc_since_launch_, launch.buffers);
+  recordingSchedule().addLaunch(launch.now_ns - iteration_start_ns_, alloc_since_launch_, launch.buffers);
   recording_hash_ = (recording_hash_ ^ sig) * 1099511628211ull;
   alloc_since_launch_ = 0;
   ++position_;
@@ -160,7 +159,7 @@ bool AccessPattern::complete(const DeviceTimes& ends) {
 
 bool AccessPattern::applyDeviceTimes(DeviceTimes& ends) {
   ends.done = true;
-  if (!ends.learned || ends.reported == 0 || !learned_->ready() || learned_->length() != ends.length) {
+  if (!ends.learned || ends.reported == 0 || !learnedSchedule().ready() || learnedSchedule().length() != ends.length) {
     return false;
   }
   // The iteration as the device ran it: each launch starts where it started, after what it
@@ -180,7 +179,7 @@ bool AccessPattern::applyDeviceTimes(DeviceTimes& ends) {
   // the LSTM's learned iteration came out at a quarter of its length on the device (183 of
   // 770 ms: a ring of 256 marks, the host thousands of launches ahead), and every next use
   // looked four times nearer than it was.
-  const UseSchedule& learned = *learned_;
+  const UseSchedule& learned = schedule();
   std::int64_t frontier = INT64_MIN;
   std::int64_t offset = 0;
   for (std::uint32_t p = 0; p < ends.length;) {
@@ -214,7 +213,7 @@ bool AccessPattern::applyDeviceTimes(DeviceTimes& ends) {
     if (bounded) frontier = std::max(frontier, ends.start[after]);
   }
   offsets_[ends.length] = offset;
-  if (!learned_->retime(std::span<const std::int64_t>(offsets_.data(), ends.length + 1))) {
+  if (!learnedSchedule().retime(std::span<const std::int64_t>(offsets_.data(), ends.length + 1))) {
     device_waits_valid_ = false;
     return false;
   }

@@ -38,12 +38,12 @@ class AccessPattern {
                 bool timed = false);
 
   void onAlloc(std::uint64_t bytes) { alloc_since_launch_ += bytes; }
-  void onFree(BufferId id, std::uint64_t bytes) { recording_->addFree(id, bytes); }
+  void onFree(BufferId id, std::uint64_t bytes) { recordingSchedule().addFree(id, bytes); }
   void onLaunch(const Launch& launch);
   void onIteration(std::int64_t now_ns);
 
   // The schedule learned from the last complete iteration (may be !ready()).
-  const UseSchedule& schedule() const { return *learned_; }
+  const UseSchedule& schedule() const { return schedules_[learned_]; }
   // Launches seen since the iteration began: the position of the next launch.
   std::uint32_t position() const { return position_; }
   std::int64_t iterationStartNs() const { return iteration_start_ns_; }
@@ -62,8 +62,8 @@ class AccessPattern {
   // that run); without them, none is known until the device times an iteration again.
   bool retimeLearned(std::span<const std::int64_t> offsets_ns, std::span<const std::int64_t> waits_ns = {}) {
     device_waits_valid_ = false;  // times of another run than the device's
-    if (!learned_->retime(offsets_ns)) return false;
-    if (waits_ns.size() == learned_->length() && waits_ns.size() <= device_waits_.size()) {
+    if (!learnedSchedule().retime(offsets_ns)) return false;
+    if (waits_ns.size() == learnedSchedule().length() && waits_ns.size() <= device_waits_.size()) {
       std::copy(waits_ns.begin(), waits_ns.end(), device_waits_.begin());
       device_waits_valid_ = true;
     }
@@ -89,7 +89,7 @@ class AccessPattern {
   // after work the policy was not told of. Empty otherwise. The planner takes these out of the
   // op times: what is left is what each launch ran.
   std::span<const std::int64_t> deviceWaits() const {
-    return device_waits_valid_ ? std::span<const std::int64_t>(device_waits_.data(), learned_->length())
+    return device_waits_valid_ ? std::span<const std::int64_t>(device_waits_.data(), schedule().length())
                                : std::span<const std::int64_t>();
   }
 
@@ -121,10 +121,14 @@ class AccessPattern {
   static bool complete(const DeviceTimes& ends);
   bool applyDeviceTimes(DeviceTimes& ends);
 
-  UseSchedule a_;
-  UseSchedule b_;
-  UseSchedule* learned_ = &a_;
-  UseSchedule* recording_ = &b_;
+  UseSchedule& learnedSchedule() { return schedules_[learned_]; }
+  UseSchedule& recordingSchedule() { return schedules_[learned_ ^ 1u]; }
+
+  // The learned iteration and the one being recorded, which replaces it when complete. An
+  // index, not pointers: a copy of the pattern (a planner's replay resumed from another's
+  // state, Simulator::resume) is then a plain copy.
+  UseSchedule schedules_[2];
+  std::uint32_t learned_ = 0;
   std::uint64_t first_signature_ = 0;  // the anchor: the recording's first launch that names a buffer
   bool anchored_ = false;
   std::uint64_t recording_hash_ = 0;  // of the launch signatures recorded so far

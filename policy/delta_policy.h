@@ -36,6 +36,9 @@ namespace delta::policy {
 class DeltaPolicy : public Policy {
  public:
   DeltaPolicy(const PolicyConfig& config, DirectorMode mode);
+  // Its whole state, to run on from where this one is in two ways: the planner's replays share
+  // the iteration they learn before they switch (Simulator::resume). O(buffers + learned uses).
+  DeltaPolicy(const DeltaPolicy&) = default;
 
   std::string_view name() const override;
   void onAlloc(BufferId id, std::uint64_t bytes, std::int64_t now_ns) override;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -160,7 +161,39 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
   options.warmup = 1;
   PolicyConfig config = policyConfigFor(workload, options);
   config.budget_bytes = 0;  // the replays do not plan in turn
-  Simulator sim(workload, options);
+  // Every replay learns its first iteration in one of three modes, the configured one or the
+  // mode it starts fresh in, and only then switches to its candidate: that iteration is run
+  // once per mode, and each replay runs on from a copy of it (Simulator::runFirst), exactly as
+  // it would have from the start. A third of the replays' time. The first run of a mode's
+  // iteration is cut short at the give-up time of the replay that asks for it; later replays
+  // give up at lower times or the same (the check's learn at the configured mode, the first
+  // replay's, never cut short), so a copy gives up wherever the replay would have.
+  struct Learned {
+    std::optional<Simulator> sim;
+    std::optional<DeltaPolicy> policy;
+  };
+  Learned learned[3];  // by the mode learned in
+  // A replay in `learn_mode` as far as the iteration is learned, to be told its candidate and
+  // resumed, cut short at `give_up_ns`.
+  auto learnedIn = [&](DirectorMode learn_mode, std::int64_t give_up_ns) -> std::pair<Simulator, DeltaPolicy> {
+    Learned& l = learned[static_cast<int>(learn_mode)];
+    if (!l.sim) {
+      l.sim.emplace(workload, options);
+      l.sim->setGiveUpAfter(give_up_ns);
+      l.policy.emplace(config, learn_mode);
+      l.sim->runFirst(*l.policy, 1);
+      // Learned within its first iteration already (no replay is: it learns at the second's
+      // marker), a switch set now would come too late: share only the start.
+      if (l.policy->pattern().generation() != 0) {
+        l.sim.emplace(workload, options);
+        l.policy.emplace(config, learn_mode);
+        l.sim->runFirst(*l.policy, 0);
+      }
+    }
+    std::pair<Simulator, DeltaPolicy> copy{*l.sim, *l.policy};
+    copy.first.setGiveUpAfter(give_up_ns);
+    return copy;
+  };
   std::uint64_t best_over = 0;
   std::int64_t best_ns = -1;
   std::int64_t best_run_ns = 0;
@@ -185,14 +218,14 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
   // run, and whether it was the best.
   auto replay = [&](PlanStart start, Prefetcher::Window window, DirectorMode mode,
                     bool optimistic) -> std::pair<SimResult, bool> {
-    DeltaPolicy policy(config, start == PlanStart::kFresh ? mode : configured);
-    policy.switchWhenLearned(mode, window, optimistic);
     // A run many times longer than the shortest so far cannot have the fastest third
     // iteration; cut it short. It bounds the planner's own time: a fresh recompute-only
     // start on a long chain of activations regenerates chains that grow with the layers
     // (quadratic; 5 s of the 5.6 s a 10,000-launch plan took without the cut).
-    sim.setGiveUpAfter(shortest_run_ns > 0 ? kGiveUpFactor * shortest_run_ns : 0);
-    const SimResult r = sim.run(policy);
+    auto [sim, policy] = learnedIn(start == PlanStart::kFresh ? mode : configured,
+                                   shortest_run_ns > 0 ? kGiveUpFactor * shortest_run_ns : 0);
+    policy.switchWhenLearned(mode, window, optimistic);
+    const SimResult r = sim.resume(policy);
     if (r.gave_up) return {r, false};
     if (r.over_budget_ops == 0) {
       shortest_run_ns = shortest_run_ns > 0 ? std::min(shortest_run_ns, r.run_ns) : r.run_ns;
@@ -337,10 +370,11 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
       SimResult r = c.result;
       // Unplanned, the run is in the configured mode with the gross window.
       if (DeltaPolicy::adoptsReplayedState(configured, Prefetcher::Window::kGross, c.plan.mode, c.plan.window)) {
-        DeltaPolicy policy(config, configured);
+        auto [sim, policy] = learnedIn(configured, learn_ns == 0 ? 0
+                                                               : learn_ns + (best_checked_ns >= 0 ? best_checked_ns
+                                                                                                  : kGiveUpFactor * c.result.total_ns));
         policy.adoptWhenLearned(c.plan);
-        sim.setGiveUpAfter(learn_ns == 0 ? 0 : learn_ns + (best_checked_ns >= 0 ? best_checked_ns : kGiveUpFactor * c.result.total_ns));
-        r = sim.run(policy);
+        r = sim.resume(policy);
         if (r.gave_up) continue;  // slower than the fastest checked: keeps its first figures
         record(c.plan.start, c.plan.window, c.plan.mode, r);
         if (r.over_budget_ops > best_over) continue;

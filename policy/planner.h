@@ -40,9 +40,12 @@
 // three iterations (learn, switch, measure), sixteen replays for delta (mixed with the gross
 // window twice, once per prior: Plan::optimistic), three for swap-only and three for
 // recompute-only (the slowest cut short: Planner::kGiveUpFactor), then up to kChecked checks
-// (none for a candidate that adopts nothing; each cut short once slower than the fastest). It
-// allocates, so it runs only when a new iteration is learned (a stable loop: once), never per
-// launch; docs/policy.md gives the time.
+// (none for a candidate that adopts nothing; each cut short once slower than the fastest). The
+// learning iteration is run once per mode it is learned in (the configured one and each fresh
+// start's: three at most) and shared: every replay runs on from a copy of it (the simulator's
+// and the policy's state, O(buffers + uses); Simulator::runFirst), so each costs two
+// iterations. It allocates, so it runs only when a new iteration is learned (a stable loop:
+// once), never per launch; docs/policy.md gives the time.
 #pragma once
 
 #include <cstdint>

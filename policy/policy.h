@@ -57,7 +57,6 @@ class Policy {
  public:
   explicit Policy(const PolicyConfig& config);
   virtual ~Policy() = default;
-  Policy(const Policy&) = delete;
   Policy& operator=(const Policy&) = delete;
 
   virtual std::string_view name() const = 0;
@@ -160,6 +159,8 @@ class Policy {
   void reindex(BufferId id);
   // Re-ranks every resident buffer: when what rankKey depends on changed for all of them.
   void reindexAll();
+  // For a policy that can be copied whole (DeltaPolicy): protected, so that no copy slices.
+  Policy(const Policy&) = default;
 
   BufferTable table_;
   CostModel costs_;

@@ -33,6 +33,7 @@ PolicyConfig policyConfigFor(const Workload& workload, const SimOptions& options
 
 Simulator::Simulator(const Workload& workload, const SimOptions& options)
     : workload_(workload), options_(options) {
+  options_.iterations = std::max<std::uint32_t>(options_.iterations, 1);
   working_sets_.resize(workload.ops.size());
   dependents_.resize(workload.buffers.size());
   for (std::size_t i = 0; i < workload.ops.size(); ++i) working_sets_[i] = workload.ops[i].workingSet();
@@ -68,25 +69,41 @@ void Simulator::reset() {
   times_wanted_ = policy_ != nullptr && policy_->wantsLaunchTimes();
   r_ = SimResult{};
   r_.budget_bytes = options_.budget_bytes;
+  next_iteration_ = 0;
+  at_measured_ = SimResult{};
+  t_measured_ = t_last_ = 0;
 }
 
 SimResult Simulator::run(Policy& policy) {
+  start(policy);
+  return resume(policy);
+}
+
+void Simulator::runFirst(Policy& policy, std::uint32_t iterations) {
+  start(policy);
+  runIterations(policy, std::min(iterations, options_.iterations));
+  policy_ = nullptr;
+}
+
+void Simulator::start(Policy& policy) {
   policy_ = &policy;
   reset();
   for (BufferId b = 0; b < workload_.buffers.size(); ++b) {
     if (workload_.buffers[b].persistent) allocate(b, t_compute_, workload_.ops.size());
   }
-  SimResult start{};
-  std::int64_t t_start = 0;
-  std::int64_t t_last = 0;
-  options_.iterations = std::max<std::uint32_t>(options_.iterations, 1);
+}
+
+void Simulator::runIterations(Policy& policy, std::uint32_t until) {
+  policy_ = &policy;
   const std::uint32_t warmup = std::min(options_.warmup, options_.iterations - 1);
-  for (std::uint32_t it = 0; it < options_.iterations; ++it) {
+  if (options_.give_up_after_ns > 0 && t_compute_ > options_.give_up_after_ns) r_.gave_up = true;
+  for (; next_iteration_ < until && !r_.gave_up; ++next_iteration_) {
+    const std::uint32_t it = next_iteration_;
     if (it == warmup) {
-      start = r_;
-      t_start = t_compute_;
+      at_measured_ = r_;
+      t_measured_ = t_compute_;
     }
-    if (it + 1 == options_.iterations) t_last = t_compute_;
+    if (it + 1 == options_.iterations) t_last_ = t_compute_;
     if (options_.iteration_markers) policy.onIteration(t_compute_);
     servePlan();
     for (std::size_t i = 0; i < workload_.ops.size() && !r_.gave_up; ++i) {
@@ -98,11 +115,16 @@ SimResult Simulator::run(Policy& policy) {
       if (bufs_[b].live && !workload_.buffers[b].persistent) programFree(b, t_compute_);
     }
   }
-  const std::uint32_t measured = options_.iterations - warmup;
+}
+
+SimResult Simulator::resume(Policy& policy) {
+  runIterations(policy, options_.iterations);
+  const std::uint32_t measured = options_.iterations - std::min(options_.warmup, options_.iterations - 1);
+  const SimResult& start = at_measured_;
   SimResult r = r_;
-  r.total_ns = t_compute_ - t_start;
+  r.total_ns = t_compute_ - t_measured_;
   r.run_ns = t_compute_;
-  r.last_iteration_ns = r.gave_up ? 0 : t_compute_ - t_last;
+  r.last_iteration_ns = r.gave_up ? 0 : t_compute_ - t_last_;
   r.compute_ns = workload_.computeNs() * measured;
   r.recompute_ns -= start.recompute_ns;
   r.h2d_bytes -= start.h2d_bytes;

@@ -87,6 +87,18 @@ class Simulator {
   SimResult run(Policy& policy);
   void setGiveUpAfter(std::int64_t ns) { options_.give_up_after_ns = ns; }
 
+  // A run stopped after its first `iterations` (sooner if it gives up), its state kept. A copy
+  // of this simulator resumed with a copy of the policy (DeltaPolicy's copy constructor) then
+  // runs exactly as the run would have gone on, and each copy may be told something else
+  // first: the planner's replays that learn the same iteration before switching each to
+  // their candidate share it instead of running it again (Planner::choose). A copy shares the
+  // workload; the policy it resumes with replaces the one it ran with.
+  void runFirst(Policy& policy, std::uint32_t iterations);
+  // The iterations not run yet (all of them after a run, none before one), and the result. A
+  // run that passes a give-up time lowered since it stopped gives up at once: it would have
+  // given up before where it stopped.
+  SimResult resume(Policy& policy);
+
  private:
   enum class State : std::uint8_t { kAbsent, kResident, kSwappingOut, kSwapped, kSwappingIn, kDropped };
   struct Buf {
@@ -106,6 +118,8 @@ class Simulator {
     std::int64_t ready_ns;
   };
 
+  void start(Policy& policy);
+  void runIterations(Policy& policy, std::uint32_t until);
   void reset();
   void step(std::size_t op_index);
   std::int64_t makeResident(BufferId id, std::int64_t now);
@@ -153,6 +167,12 @@ class Simulator {
   std::uint64_t launches_told_ = 0;
   bool times_wanted_ = false;  // policy_->wantsLaunchTimes()
   SimResult r_;
+  // Where the run is: the next iteration, and at the measured iterations' start, the figures
+  // so far and the clock; at the last one's start, the clock.
+  std::uint32_t next_iteration_ = 0;
+  SimResult at_measured_{};
+  std::int64_t t_measured_ = 0;
+  std::int64_t t_last_ = 0;
 };
 
 }  // namespace delta::policy

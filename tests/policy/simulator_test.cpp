@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -458,6 +460,78 @@ TEST(Simulator, DeltaLearnsTheIterationAsTheRunTimedItThroughTheShimsCode) {
     }
   }
   EXPECT_TRUE(waited);  // some rows waited: timed by compute alone, they would not match
+}
+
+void expectSameRun(const SimResult& a, const SimResult& b) {
+  EXPECT_EQ(a.total_ns, b.total_ns);
+  EXPECT_EQ(a.run_ns, b.run_ns);
+  EXPECT_EQ(a.last_iteration_ns, b.last_iteration_ns);
+  EXPECT_EQ(a.compute_ns, b.compute_ns);
+  EXPECT_EQ(a.recompute_ns, b.recompute_ns);
+  EXPECT_EQ(a.peak_bytes, b.peak_bytes);
+  EXPECT_EQ(a.h2d_bytes, b.h2d_bytes);
+  EXPECT_EQ(a.d2h_bytes, b.d2h_bytes);
+  EXPECT_EQ(a.swaps, b.swaps);
+  EXPECT_EQ(a.drops, b.drops);
+  EXPECT_EQ(a.prefetches, b.prefetches);
+  EXPECT_EQ(a.over_budget_ops, b.over_budget_ops);
+  EXPECT_EQ(a.gave_up, b.gave_up);
+}
+
+// The planner learns the iteration once per mode and runs each candidate on from a copy of that
+// run (Planner::choose): a copied simulator resumed with a copy of delta must run exactly as the
+// whole run would have, whatever the copy is told before it goes on (here: the mode and window
+// it switches to once it has learned the iteration), and whatever the run copied from does
+// next. Stopped before the iteration is learned (0 or 1 iterations run) the switch is still to
+// come; stopped after, the copy goes on unswitched.
+TEST(Simulator, ACopyResumedRunsAsTheWholeRunWould) {
+  const std::pair<DirectorMode, Prefetcher::Window> switches[] = {
+      {DirectorMode::kMixed, Prefetcher::Window::kGross},
+      {DirectorMode::kSwapOnly, Prefetcher::Window::kNet},
+      {DirectorMode::kRecomputeOnly, Prefetcher::Window::kNone},
+      {DirectorMode::kMixed, Prefetcher::Window::kFar}};
+  std::uint64_t evicted = 0;
+  for (std::uint32_t seed = 1; seed <= 4; ++seed) {
+    std::mt19937 rng(seed);
+    const Workload shapes[] = {testing::randomTraining(rng, 3 + static_cast<int>(seed)),
+                               testing::randomGraph(rng, 12 + 2 * static_cast<int>(seed))};
+    for (const Workload& w : shapes) {
+      for (double share : {0.5, 0.8}) {
+        for (double gbps : {12.0, 50.0}) {
+          SimOptions o;
+          o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+          o.h2d_gbps = o.d2h_gbps = gbps;
+          o.iterations = 4;
+          const PolicyConfig config = policyConfigFor(w, o);
+          for (std::uint32_t stop = 0; stop <= 2; ++stop) {
+            for (std::size_t k = 0; k < std::size(switches); ++k) {
+              const bool switched = stop <= 1;
+              SCOPED_TRACE(::testing::Message() << "seed " << seed << ", " << w.ops.size() << " ops, " << share
+                                                << " of peak, " << gbps << " GB/s, stopped after " << stop
+                                                << ", switch " << k);
+              DeltaPolicy whole_policy(config, DirectorMode::kMixed);
+              if (switched) whole_policy.switchWhenLearned(switches[k].first, switches[k].second);
+              const SimResult whole = Simulator(w, o).run(whole_policy);
+
+              Simulator stopped(w, o);
+              DeltaPolicy stopped_policy(config, DirectorMode::kMixed);
+              stopped.runFirst(stopped_policy, stop);
+              Simulator copy = stopped;
+              DeltaPolicy copy_policy = stopped_policy;
+              if (switched) copy_policy.switchWhenLearned(switches[k].first, switches[k].second);
+              // The one copied from goes on first, its own way (unswitched): a copy that still
+              // shared any of its state would see it change.
+              const SimResult original = stopped.resume(stopped_policy);
+              if (!switched) expectSameRun(original, whole);
+              expectSameRun(copy.resume(copy_policy), whole);
+              evicted += whole.swaps + whole.drops;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(evicted, 0u);  // the runs compared made decisions
 }
 
 TEST(Workload, ValidateFindsAnUnregisterOfWhatIsNotAllocated) {
