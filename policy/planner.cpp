@@ -330,11 +330,14 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
   // then. Checking only until the fastest checked was no slower than the next one's first
   // replay saved replays and lost rows: a check can come out faster than its first replay as
   // well as slower (docs/policy.md). A candidate that adopts nothing (a new window alone
-  // relearns the iteration) has run as the run will already. The far rule holds among the
-  // checks, by their figures: the first replay's third iteration of the one chosen above is
-  // no measure to hold a far window to once its check has run (gan-21 again: mixed/optimistic
-  // 23.1 ms at the third replayed, 26.1 checked; held to the 23.1, every far window was left
-  // out and the run took 13.2 % overhead; now mixed/far/optimistic, 24.8 ms checked: 11.2 %).
+  // relearns the iteration) has run as the run will already. The far window's rule (above)
+  // does not hold among the checks: it keeps a far window that ranked first by a fast first
+  // iteration after the switch that the run would not have, and a check replays that
+  // iteration as the run has it (gan-21 again: mixed/optimistic 23.1 ms at the third replayed,
+  // 26.1 checked; held to the 23.1, every far window was left out and the run took 13.2 %
+  // overhead; mixed/far/optimistic, 24.8 ms checked, runs at 11.2 %). Held to its checked
+  // third iteration instead, it still cost rows (wide-branches-22 at 30 %/50 GB/s 14.0 -> 20.5 %
+  // for 0.2 ms at the third) and won none (docs/policy.md).
   if (!candidates.empty()) {
     std::vector<std::size_t> order;
     for (std::size_t i = 0; i < candidates.size(); ++i) {
@@ -342,19 +345,12 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
       if (c.other_prior || c.result.gave_up || c.result.over_budget_ops != best_over) continue;
       order.push_back(i);
     }
-    // The one chosen and the next best by their first replays; then checked the nearer windows
-    // first and the far ones after, as the first replays were, so that the far rule holds
-    // among the checks too.
+    // The one chosen and the next best by their first replays.
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
       if (a == chosen || b == chosen) return a == chosen && b != chosen;
       return candidates[a].result.total_ns < candidates[b].result.total_ns;
     });
     if (order.size() > kChecked) order.resize(kChecked);
-    const auto far = [&](std::size_t i) { return candidates[i].plan.window == Prefetcher::Window::kFar; };
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      if (far(a) != far(b)) return !far(a);
-      return candidates[a].result.total_ns < candidates[b].result.total_ns;
-    });
     // Every check learns its first iteration as configured, as the switched replays did: the
     // first replay's first iteration. A check slower after it than the fastest checked so far
     // cannot be chosen; the first is cut short at kGiveUpFactor times its first replay.
@@ -364,7 +360,6 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
             : 0;
     std::size_t best = chosen;
     std::int64_t best_checked_ns = -1;
-    std::int64_t best_last_ns = 0;
     for (std::size_t i : order) {
       Candidate& c = candidates[i];
       SimResult r = c.result;
@@ -380,10 +375,8 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
         if (r.over_budget_ops > best_over) continue;
       }
       plan.checked[static_cast<int>(c.plan.start)][static_cast<int>(c.plan.mode)][static_cast<int>(c.plan.window)] = true;
-      const bool better = best_checked_ns < 0 || (r.total_ns < best_checked_ns && (!far(i) || r.last_iteration_ns <= best_last_ns));
-      if (better) {
+      if (best_checked_ns < 0 || r.total_ns < best_checked_ns) {
         best_checked_ns = r.total_ns;
-        best_last_ns = r.last_iteration_ns;
         best = i;
       }
     }

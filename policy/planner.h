@@ -11,8 +11,8 @@
 // and recompute-only, each with the window that makes room ahead set by the gross or by the
 // net bytes (Prefetcher::Window; recompute-only also with no room made ahead, dropping only
 // when memory is needed; mixed and swap-only also with the far window, which reaches past
-// launches that need little to a burst behind them, and wins only if its predicted iteration is
-// no slower too), and each reached two ways: switched to after an iteration run as configured
+// launches that need little to a burst behind them, and ranks first only if its predicted
+// iteration is no slower too), and each reached two ways: switched to after an iteration run as configured
 // (as delta gets there), or run from a fresh start; mixed under the prior for swaps not measured
 // yet that its replay with the gross window found faster (Plan::optimistic). The fastest is kept
 // until the iteration changes, and delta switching to its mode (or keeping mode and window)
@@ -34,7 +34,7 @@
 // Then the check: a run does not switch as these replays did, it adopts the chosen replay's
 // state as that replay ended, and can run otherwise from there. The best Planner::kChecked
 // candidates are replayed again as a run adopting each goes (DeltaPolicy::adoptWhenLearned);
-// the fastest checked is chosen, with the figures of its check.
+// the fastest checked is chosen, with the figures of its check, a far window as any other.
 //
 // Cost: building the workload is O(launches + uses); each replay is the simulator's cost for
 // three iterations (learn, switch, measure), sixteen replays for delta (mixed with the gross

@@ -234,14 +234,16 @@ INSTANTIATE_TEST_SUITE_P(All, Family,
                            return n;
                          });
 
-// Delta's planner weighs a far window on its predicted (third) iteration as well as on the two
-// after learning: on bursty families some far candidate is faster over the two yet slower at the
-// third than the best of the other windows, and is not chosen (planner.cpp); a far plan chosen
-// is never slower at the third than that best.
-TEST(SynthPlanning, AFarWindowIsChosenOnlyIfItsPredictedIterationIsNoSlower) {
+// Delta's planner ranks its candidates by replays that switch to each after learning, then
+// replays the best few again as a run adopting each goes, and chooses the fastest of those over
+// the two iterations after learning, far windows alike (planner.cpp): the far window's first
+// replay can be fast by an iteration after the switch that the run does not have, and its
+// check is not. On these bursty families a far window is among the checked on some rows, and
+// chosen on some.
+TEST(SynthPlanning, TheFastestCheckedIsChosenFarWindowsAlike) {
   using policy::Plan;
   using policy::Prefetcher;
-  int rejected = 0;
+  int far_checked = 0, far_chosen = 0, planned = 0;
   for (const char* family : {"unet", "gan"}) {
     for (std::uint64_t seed : {1, 2, 3}) {
       const Workload w = read(make(family, seed, 0.25), family);
@@ -254,39 +256,33 @@ TEST(SynthPlanning, AFarWindowIsChosenOnlyIfItsPredictedIterationIsNoSlower) {
           policy::Simulator(w, o).run(delta);
           const Plan& p = delta.plan();
           if (!p.planned) continue;
+          ++planned;
           const std::string where = std::string(family) + " seed " + std::to_string(seed) + " at " +
-                                    std::to_string(share) + ", " + std::to_string(gbps) + " GB/s";
+                                    std::to_string(share) + ", " + std::to_string(gbps) + " GB/s: " + p.name();
           const int cs = static_cast<int>(p.start), cm = static_cast<int>(p.mode), cw = static_cast<int>(p.window);
           constexpr int kFar = static_cast<int>(Prefetcher::Window::kFar);
-          // The best of the other windows, as the planner ranks them.
-          int bs = -1, bm = -1, bw = -1;
-          bool far_faster_over_two = false;
+          EXPECT_TRUE(p.checked[cs][cm][cw]) << where;
+          bool far = false;
           for (int s = 0; s < 2; ++s) {
             for (int m = 0; m < 3; ++m) {
               for (int win = 0; win < Prefetcher::kWindows; ++win) {
-                // Checked (replayed again as the run adopting it goes) alike: the chosen one
-                // is checked, and its figures are the check's.
-                const bool comparable = p.ranked_ns[s][m][win] >= 0 &&
-                                        p.over_budget_ops[s][m][win] == p.over_budget_ops[cs][cm][cw] &&
-                                        p.checked[s][m][win] == p.checked[cs][cm][cw];
-                if (!comparable) continue;
-                if (win == kFar) {
-                  far_faster_over_two |= p.ranked_ns[s][m][win] < p.ranked_ns[cs][cm][cw];
-                } else if (bs < 0 || p.ranked_ns[s][m][win] < p.ranked_ns[bs][bm][bw]) {
-                  bs = s, bm = m, bw = win;
+                if (!p.checked[s][m][win]) continue;
+                far |= win == kFar;
+                if (p.over_budget_ops[s][m][win] == p.over_budget_ops[cs][cm][cw]) {
+                  EXPECT_GE(p.ranked_ns[s][m][win], p.ranked_ns[cs][cm][cw]) << where;
                 }
               }
             }
           }
-          if (far_faster_over_two) ++rejected;
-          if (cw == kFar && bs >= 0) {
-            EXPECT_LE(p.predicted_ns[cs][cm][cw], p.predicted_ns[bs][bm][bw]) << where;
-          }
+          far_checked += far;
+          far_chosen += cw == kFar;
         }
       }
     }
   }
-  EXPECT_GT(rejected, 0);
+  EXPECT_GT(planned, 0);
+  EXPECT_GT(far_checked, 0);
+  EXPECT_GT(far_chosen, 0);
 }
 
 TEST(SynthFamilies, ListAndErrors) {
