@@ -324,13 +324,16 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
   // The check. A run does not switch as the replays did: it adopts the candidate's state as its
   // replay ended (applyPlan), and from there it may run otherwise than the replay's iterations
   // after the switch (gan-21 at 70 %/50 GB/s: mixed/optimistic ranked first at 24.6 and 23.1 ms
-  // per iteration, and the run adopting it ran 26.6 and 26.1). So the best kChecked candidates
-  // (the one chosen above, then by their first replays) are replayed again as a run adopting
-  // them goes; the fastest checked is chosen, and each checked one's figures are what it ran
-  // then. Checking only until the fastest checked was no slower than the next one's first
-  // replay saved replays and lost rows: a check can come out faster than its first replay as
-  // well as slower (docs/policy.md). A candidate that adopts nothing (a new window alone
-  // relearns the iteration) has run as the run will already. The far window's rule (above)
+  // per iteration, and the run adopting it ran 26.6 and 26.1). So every candidate that kept
+  // the budget as well as the best (the one chosen above first, then by their first replays)
+  // is replayed again as a run adopting it goes; the fastest checked is chosen, and each
+  // checked one's figures are what it ran then. Checking only the best three, or only until
+  // the fastest checked was no slower than the next one's first replay, saved replays and lost
+  // rows: a check comes out faster than its first replay as often as slower, and by more than
+  // the gaps between first replays (docs/policy.md). Each check after the first is cut short
+  // once slower than the fastest checked, so the checks cost less than the first pass. A
+  // candidate that adopts nothing (a new window alone relearns the iteration) has run as the
+  // run will already. The far window's rule (above)
   // does not hold among the checks: it keeps a far window that ranked first by a fast first
   // iteration after the switch that the run would not have, and a check replays that
   // iteration as the run has it (gan-21 again: mixed/optimistic 23.1 ms at the third replayed,
@@ -345,12 +348,12 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
       if (c.other_prior || c.result.gave_up || c.result.over_budget_ops != best_over) continue;
       order.push_back(i);
     }
-    // The one chosen and the next best by their first replays.
+    // The one chosen first, then by their first replays: the likeliest fastest first, so that
+    // the checks after them are cut short soonest.
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
       if (a == chosen || b == chosen) return a == chosen && b != chosen;
       return candidates[a].result.total_ns < candidates[b].result.total_ns;
     });
-    if (order.size() > kChecked) order.resize(kChecked);
     // Every check learns its first iteration as configured, as the switched replays did: the
     // first replay's first iteration. A check slower after it than the fastest checked so far
     // cannot be chosen; the first is cut short at kGiveUpFactor times its first replay.

@@ -32,15 +32,17 @@
 // recompute-only 8.2 % overhead, switched to 9.0; docs/policy.md).
 //
 // Then the check: a run does not switch as these replays did, it adopts the chosen replay's
-// state as that replay ended, and can run otherwise from there. The best Planner::kChecked
-// candidates are replayed again as a run adopting each goes (DeltaPolicy::adoptWhenLearned);
-// the fastest checked is chosen, with the figures of its check, a far window as any other.
+// state as that replay ended, and can run otherwise from there. Every candidate that kept the
+// budget as well as the best is replayed again as a run adopting it goes
+// (DeltaPolicy::adoptWhenLearned); the fastest checked is chosen, with the figures of its check,
+// a far window as any other.
 //
 // Cost: building the workload is O(launches + uses); each replay is the simulator's cost for
 // three iterations (learn, switch, measure), sixteen replays for delta (mixed with the gross
 // window twice, once per prior: Plan::optimistic), three for swap-only and three for
-// recompute-only (the slowest cut short: Planner::kGiveUpFactor), then up to kChecked checks
-// (none for a candidate that adopts nothing; each cut short once slower than the fastest). The
+// recompute-only (the slowest cut short: Planner::kGiveUpFactor), then a check of each that kept
+// the budget (none for a candidate that adopts nothing; each cut short once slower than the
+// fastest checked). The
 // learning iteration is run once per mode it is learned in (the configured one and each fresh
 // start's: three at most) and shared: every replay runs on from a copy of it (the simulator's
 // and the policy's state, O(buffers + uses); Simulator::runFirst), so each costs two
@@ -157,8 +159,6 @@ class Planner {
   // did, so twice that replay means its last two iterations alone take longer than the
   // shortest's three. Was 4; 2 pays for the far window's candidates (docs/policy.md).
   static constexpr std::int64_t kGiveUpFactor = 2;
-  // Candidates replayed again as a run adopting them goes (Planner::choose).
-  static constexpr std::size_t kChecked = 3;
 
   // The learned iteration as a workload. `buffers` is indexed by buffer id; `waited_ns` by
   // launch position (what each launch waited for memory, restores and recomputes).
