@@ -161,13 +161,13 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
   options.warmup = 1;
   PolicyConfig config = policyConfigFor(workload, options);
   config.budget_bytes = 0;  // the replays do not plan in turn
-  // Every replay learns its first iteration in one of three modes, the configured one or the
-  // mode it starts fresh in, and only then switches to its candidate: that iteration is run
-  // once per mode, and each replay runs on from a copy of it (Simulator::runFirst), exactly as
-  // it would have from the start. A third of the replays' time. The first run of a mode's
-  // iteration is cut short at the give-up time of the replay that asks for it; later replays
-  // give up at lower times or the same (the check's learn at the configured mode, the first
-  // replay's, never cut short), so a copy gives up wherever the replay would have.
+  // Every replay learns its first iteration in one of three modes, the configured one or the mode
+  // it starts fresh in, and only then switches to its candidate: that iteration is run once per
+  // mode, and each replay runs on from a copy of it (Simulator::runFirst), exactly as it would have
+  // from the start: half the planner's time at 10,000 launches. The first run of a mode's iteration
+  // is cut short at the give-up time of the replay that asks for it; later replays give up at lower
+  // times or the same (the check's learn at the configured mode, the first replay's, never cut
+  // short), so a copy gives up wherever the replay would have.
   struct Learned {
     std::optional<Simulator> sim;
     std::optional<DeltaPolicy> policy;
@@ -323,24 +323,23 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
   }
   // The check. A run does not switch as the replays did: it adopts the candidate's state as its
   // replay ended (applyPlan), and from there it may run otherwise than the replay's iterations
-  // after the switch (gan-21 at 70 %/50 GB/s: mixed/optimistic ranked first at 24.6 and 23.1 ms
-  // per iteration, and the run adopting it ran 26.6 and 26.1). So every candidate that kept
-  // the budget as well as the best (the one chosen above first, then by their first replays)
-  // is replayed again as a run adopting it goes; the fastest checked is chosen, and each
-  // checked one's figures are what it ran then. Checking only the best three, or only until
-  // the fastest checked was no slower than the next one's first replay, saved replays and lost
-  // rows: a check comes out faster than its first replay as often as slower, and by more than
-  // the gaps between first replays (docs/policy.md). Each check after the first is cut short
-  // once slower than the fastest checked, so the checks cost less than the first pass. A
-  // candidate that adopts nothing (a new window alone relearns the iteration) has run as the
-  // run will already. The far window's rule (above)
+  // after the switch (gan-21 at 70 %/50 GB/s: mixed/optimistic ranked first at 24.6 and 23.1 ms per
+  // iteration, and the run adopting it ran 26.6 and 26.1). So every candidate that kept the budget
+  // as well as the best (the one chosen above first, then by their first replays) is replayed again
+  // as a run adopting it goes; the fastest checked is chosen, and each checked one's figures are
+  // what it ran then. Checking only the best three, or only until the fastest checked was no slower
+  // than the next one's first replay, saved replays and lost rows: a check comes out faster than
+  // its first replay as often as slower, and by more than the gaps between first replays
+  // (docs/policy.md). Each check after the first is cut short once slower than the fastest checked,
+  // so the checks cost less than the first pass. A candidate that adopts nothing (a new window
+  // alone relearns the iteration) has run as the run will already. The far window's rule (above)
   // does not hold among the checks: it keeps a far window that ranked first by a fast first
-  // iteration after the switch that the run would not have, and a check replays that
-  // iteration as the run has it (gan-21 again: mixed/optimistic 23.1 ms at the third replayed,
-  // 26.1 checked; held to the 23.1, every far window was left out and the run took 13.2 %
-  // overhead; mixed/far/optimistic, 24.8 ms checked, runs at 11.2 %). Held to its checked
-  // third iteration instead, it still cost rows (wide-branches-22 at 30 %/50 GB/s 14.0 -> 20.5 %
-  // for 0.2 ms at the third) and won none (docs/policy.md).
+  // iteration after the switch that the run would not have, and a check replays that iteration as
+  // the run has it (gan-21 again: mixed/optimistic 23.1 ms at the third replayed, 26.1 checked;
+  // held to the 23.1, every far window was left out and the run took 13.2 % overhead;
+  // mixed/far/optimistic, 24.8 ms checked, runs at 11.2 %). Held to its checked third iteration
+  // instead, it still cost rows (wide-branches-22 at 30 %/50 GB/s 14.0 -> 20.5 % for 0.2 ms at the
+  // third) and won none (docs/policy.md).
   if (!candidates.empty()) {
     std::vector<std::size_t> order;
     for (std::size_t i = 0; i < candidates.size(); ++i) {

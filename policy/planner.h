@@ -7,18 +7,18 @@
 // before it in id order, each other buffer allocated at its first use and freed where it was;
 // the hooks' recompute costs, the launch that allocated a buffer as its producer and the other
 // buffers of that launch as its inputs) and replays it on the policy's own model
-// of the GPU (the budget, the measured link) under each candidate: the modes mixed, swap-only
-// and recompute-only, each with the window that makes room ahead set by the gross or by the
-// net bytes (Prefetcher::Window; recompute-only also with no room made ahead, dropping only
-// when memory is needed; mixed and swap-only also with the far window, which reaches past
-// launches that need little to a burst behind them, and ranks first only if its predicted
-// iteration is no slower too), and each reached two ways: switched to after an iteration run as configured
-// (as delta gets there), or run from a fresh start; mixed under the prior for swaps not measured
-// yet that its replay with the gross window found faster (Plan::optimistic). The fastest is kept
-// until the iteration changes, and delta switching to its mode (or keeping mode and window)
-// starts where the candidate's measured iteration started in the replay: with the times it had
-// learned and the costs it had measured (the Plan carries them). A forced variant (swap-only,
-// recompute-only) keeps its mode and chooses only the window.
+// of the GPU (the budget, the measured link) under each candidate: the modes mixed, swap-only and
+// recompute-only, each with the window that makes room ahead set by the gross or by the net bytes
+// (Prefetcher::Window; recompute-only also with no room made ahead, dropping only when memory is
+// needed; mixed and swap-only also with the far window, which reaches past launches that need
+// little to a burst behind them, and ranks first only if its predicted iteration is no slower too),
+// and each reached two ways: switched to after an iteration run as configured (as delta gets
+// there), or run from a fresh start; mixed under the prior for swaps not measured yet that its
+// replay with the gross window found faster (Plan::optimistic). The fastest is kept until the
+// iteration changes, and delta switching to its mode (or keeping mode and window) starts where the
+// candidate's measured iteration started in the replay: with the times it had learned and the costs
+// it had measured (the Plan carries them). A forced variant (swap-only, recompute-only) keeps its
+// mode and chooses only the window.
 //
 // Why: the director decides one buffer at a time from modelled and measured costs, and on some
 // workloads and links the mix it reaches is slower than one of the pure modes (swaps that cost
@@ -37,17 +37,16 @@
 // (DeltaPolicy::adoptWhenLearned); the fastest checked is chosen, with the figures of its check,
 // a far window as any other.
 //
-// Cost: building the workload is O(launches + uses); each replay is the simulator's cost for
-// three iterations (learn, switch, measure), sixteen replays for delta (mixed with the gross
-// window twice, once per prior: Plan::optimistic), three for swap-only and three for
-// recompute-only (the slowest cut short: Planner::kGiveUpFactor), then a check of each that kept
-// the budget (none for a candidate that adopts nothing; each cut short once slower than the
-// fastest checked). The
-// learning iteration is run once per mode it is learned in (the configured one and each fresh
-// start's: three at most) and shared: every replay runs on from a copy of it (the simulator's
-// and the policy's state, O(buffers + uses); Simulator::runFirst), so each costs two
-// iterations. It allocates, so it runs only when a new iteration is learned (a stable loop:
-// once), never per launch; docs/policy.md gives the time.
+// Cost: building the workload is O(launches + uses); each replay simulates three
+// iterations (learn, switch, measure), sixteen replays for delta (mixed with the gross window
+// twice, once per prior: Plan::optimistic), three for swap-only and three for recompute-only (the
+// slowest cut short: Planner::kGiveUpFactor), then a check of each that kept the budget (none for a
+// candidate that adopts nothing; each cut short once slower than the fastest checked). The learning
+// iteration is run once per mode it is learned in (the configured one and each fresh start's: three
+// at most) and shared: every replay runs on from a copy of it (the simulator's and the policy's
+// state, O(buffers + uses); Simulator::runFirst), so each simulates two of its own. It allocates, so it
+// runs only when a new iteration is learned (a stable loop: once), never per launch; docs/policy.md
+// gives the time.
 #pragma once
 
 #include <cstdint>
