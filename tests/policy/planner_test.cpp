@@ -698,7 +698,7 @@ class Misplanned : public DeltaPolicy {
 TEST(DeltaPlanning, TheCandidateChosenWasReplayedAsTheRunAdoptingItGoes) {
   // A run adopts its plan's state as the candidate's replay ended, not as the replay switched,
   // and may then run otherwise than the replay's iterations after the switch. The planner
-  // replays its best candidates again the way the run will go; the one chosen is the fastest
+  // replays its candidates again the way the run will go; the one chosen is the fastest
   // of those, and its figures are the run's: iterations 2 and 3 as one, as the replay ranked.
   int checked_again = 0;
   for (const TrainingShape& c : kTrainingShapes) {

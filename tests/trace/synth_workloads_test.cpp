@@ -235,7 +235,7 @@ INSTANTIATE_TEST_SUITE_P(All, Family,
                          });
 
 // Delta's planner ranks its candidates by replays that switch to each after learning, then
-// replays the best few again as a run adopting each goes, and chooses the fastest of those over
+// replays each again as a run adopting it goes, and chooses the fastest of those over
 // the two iterations after learning, far windows alike (planner.cpp): the far window's first
 // replay can be fast by an iteration after the switch that the run does not have, and its
 // check is not. On these bursty families a far window is among the checked on some rows, and
