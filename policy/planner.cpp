@@ -181,14 +181,9 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
       l.sim.emplace(workload, options);
       l.sim->setGiveUpAfter(give_up_ns);
       l.policy.emplace(config, learn_mode);
+      // Learned at the second iteration's marker: the switch told to a copy comes in time
+      // (simulator_test ACopyResumedRunsAsTheWholeRunWould).
       l.sim->runFirst(*l.policy, 1);
-      // Learned within its first iteration already (no replay is: it learns at the second's
-      // marker), a switch set now would come too late: share only the start.
-      if (l.policy->pattern().generation() != 0) {
-        l.sim.emplace(workload, options);
-        l.policy.emplace(config, learn_mode);
-        l.sim->runFirst(*l.policy, 0);
-      }
     }
     std::pair<Simulator, DeltaPolicy> copy{*l.sim, *l.policy};
     copy.first.setGiveUpAfter(give_up_ns);

@@ -34,6 +34,7 @@ PolicyConfig policyConfigFor(const Workload& workload, const SimOptions& options
 Simulator::Simulator(const Workload& workload, const SimOptions& options)
     : workload_(workload), options_(options) {
   options_.iterations = std::max<std::uint32_t>(options_.iterations, 1);
+  options_.warmup = std::min(options_.warmup, options_.iterations - 1);
   working_sets_.resize(workload.ops.size());
   dependents_.resize(workload.buffers.size());
   for (std::size_t i = 0; i < workload.ops.size(); ++i) working_sets_[i] = workload.ops[i].workingSet();
@@ -95,11 +96,10 @@ void Simulator::start(Policy& policy) {
 
 void Simulator::runIterations(Policy& policy, std::uint32_t until) {
   policy_ = &policy;
-  const std::uint32_t warmup = std::min(options_.warmup, options_.iterations - 1);
   if (options_.give_up_after_ns > 0 && t_compute_ > options_.give_up_after_ns) r_.gave_up = true;
   for (; next_iteration_ < until && !r_.gave_up; ++next_iteration_) {
     const std::uint32_t it = next_iteration_;
-    if (it == warmup) {
+    if (it == options_.warmup) {
       at_measured_ = r_;
       t_measured_ = t_compute_;
     }
@@ -119,19 +119,18 @@ void Simulator::runIterations(Policy& policy, std::uint32_t until) {
 
 SimResult Simulator::resume(Policy& policy) {
   runIterations(policy, options_.iterations);
-  const std::uint32_t measured = options_.iterations - std::min(options_.warmup, options_.iterations - 1);
-  const SimResult& start = at_measured_;
+  const std::uint32_t measured = options_.iterations - options_.warmup;
   SimResult r = r_;
   r.total_ns = t_compute_ - t_measured_;
   r.run_ns = t_compute_;
   r.last_iteration_ns = r.gave_up ? 0 : t_compute_ - t_last_;
   r.compute_ns = workload_.computeNs() * measured;
-  r.recompute_ns -= start.recompute_ns;
-  r.h2d_bytes -= start.h2d_bytes;
-  r.d2h_bytes -= start.d2h_bytes;
-  r.swaps -= start.swaps;
-  r.drops -= start.drops;
-  r.prefetches -= start.prefetches;
+  r.recompute_ns -= at_measured_.recompute_ns;
+  r.h2d_bytes -= at_measured_.h2d_bytes;
+  r.d2h_bytes -= at_measured_.d2h_bytes;
+  r.swaps -= at_measured_.swaps;
+  r.drops -= at_measured_.drops;
+  r.prefetches -= at_measured_.prefetches;
   r.stall_ns = r.total_ns - r.compute_ns - r.recompute_ns;
   r.overhead_pct = r.compute_ns > 0 ? 100.0 * static_cast<double>(r.total_ns - r.compute_ns) /
                                           static_cast<double>(r.compute_ns)
