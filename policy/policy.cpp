@@ -12,6 +12,22 @@ Policy::Policy(const PolicyConfig& config)
       index_(config.max_buffers) {
   heap_.reserve(CandidateIndex::kBuckets);
   aside_.reserve(config.max_buffers);
+  if (config.budget_bytes > 0) {
+    vetoed_.assign(config.max_buffers, 0);
+    vetoed_ids_.reserve(config.max_buffers);
+  }
+}
+
+void Policy::setVetoed(std::span<const BufferId> ids) {
+  for (BufferId id : vetoed_ids_) vetoed_[id] = 0;
+  vetoed_ids_.clear();
+  for (BufferId id : ids) {
+    if (!table_.valid(id)) continue;
+    if (vetoed_.empty()) vetoed_.assign(table_.capacity(), 0);  // a replay's policy: offline
+    if (vetoed_[id] != 0) continue;
+    vetoed_[id] = 1;
+    vetoed_ids_.push_back(id);
+  }
 }
 
 double Policy::rankKey(BufferId, const BufferState& state) const {
@@ -128,6 +144,11 @@ void Policy::pushTop(std::uint32_t bucket, const EvictRequest& request, std::uin
       aside_.push_back(index_.pop(bucket));
       continue;
     }
+    if (honour_vetoes_ && vetoed_[id] != 0) {
+      aside_.push_back(index_.pop(bucket));
+      vetoed_aside_ = true;
+      continue;
+    }
     const Rating r = rate(id, s, request);
     // The bucket is ordered by rankKey: when its best is not eligible (predicted to be needed
     // within the request's window, or no hook for a recompute-only policy) the rest are not
@@ -150,33 +171,54 @@ std::size_t Policy::chooseVictims(const EvictRequest& request, std::span<Victim>
   beginChoice();
   heap_.clear();
   aside_.clear();
+  honour_vetoes_ = !vetoed_ids_.empty();
+  vetoed_aside_ = false;
   index_.forEachBucket([&](std::uint32_t b) { pushTop(b, local, stamp); });
   std::size_t n = 0;
   std::uint64_t freed = 0;
-  while (freed < request.bytes && n < out.size() && !heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), lessUrgent);
-    Scored best = heap_.back();
-    heap_.pop_back();
-    const BufferState& s = table_[best.id];
-    const Rating r = rate(best.id, s, local);
-    if (!r.eligible) continue;  // drop the bucket for this call, as pushTop does
-    const Scored now{r.score, best.id, best.bucket, r.action, best.large};
-    if (!heap_.empty() && lessUrgent(now, heap_.front())) {
-      heap_.push_back(now);
-      std::push_heap(heap_.begin(), heap_.end(), lessUrgent);
-      continue;
+  for (;;) {
+    while (freed < request.bytes && n < out.size() && !heap_.empty()) {
+      std::pop_heap(heap_.begin(), heap_.end(), lessUrgent);
+      Scored best = heap_.back();
+      heap_.pop_back();
+      const BufferState& s = table_[best.id];
+      const Rating r = rate(best.id, s, local);
+      if (!r.eligible) continue;  // drop the bucket for this call, as pushTop does
+      const Scored now{r.score, best.id, best.bucket, r.action, best.large};
+      if (!heap_.empty() && lessUrgent(now, heap_.front())) {
+        heap_.push_back(now);
+        std::push_heap(heap_.begin(), heap_.end(), lessUrgent);
+        continue;
+      }
+      aside_.push_back(index_.pop(best.bucket));
+      out[n++] = {best.id, r.action};
+      freed += s.bytes;
+      if (r.action == Action::kSwap) {
+        // The copy out queues behind the ones just chosen.
+        local.d2h_busy_until_ns = std::max(local.d2h_busy_until_ns, local.now_ns) +
+                                  costs_.transferNs(Direction::kDeviceToHost, s.bytes);
+      }
+      noteChoice(best.id, s, r.action);
+      pushTop(best.bucket, local, stamp);
     }
-    aside_.push_back(index_.pop(best.bucket));
-    out[n++] = {best.id, r.action};
-    freed += s.bytes;
-    if (r.action == Action::kSwap) {
-      // The copy out queues behind the ones just chosen.
-      local.d2h_busy_until_ns = std::max(local.d2h_busy_until_ns, local.now_ns) +
-                                costs_.transferNs(Direction::kDeviceToHost, s.bytes);
+    // The memory is needed now and the others did not free enough: the vetoed buffers set aside
+    // go back among the candidates, and the choice goes on with them. Ahead of need, never.
+    if (!vetoed_aside_ || !request.urgent || freed >= request.bytes || n >= out.size()) break;
+    honour_vetoes_ = false;
+    vetoed_aside_ = false;
+    std::size_t kept = 0;
+    for (BufferId id : aside_) {
+      if (vetoed_[id] != 0 && table_[id].keep_stamp != stamp) {
+        reindex(id);
+      } else {
+        aside_[kept++] = id;
+      }
     }
-    noteChoice(best.id, s, r.action);
-    pushTop(best.bucket, local, stamp);
+    aside_.resize(kept);
+    heap_.clear();
+    index_.forEachBucket([&](std::uint32_t b) { pushTop(b, local, stamp); });
   }
+  honour_vetoes_ = false;
   // Everything taken out goes back; the caller's onEvicted removes the victims it evicts.
   for (BufferId id : aside_) reindex(id);
   aside_.clear();

@@ -159,6 +159,11 @@ class Policy {
   void reindex(BufferId id);
   // Re-ranks every resident buffer: when what rankKey depends on changed for all of them.
   void reindexAll();
+  // Buffers a plan keeps resident while anything else can make room (Plan::vetoed): never
+  // chosen ahead of need, and when memory is needed only once the others do not free enough.
+  // Replaces the set given before. O(ids given now and before); sized at construction when the
+  // policy plans (PolicyConfig::budget_bytes), so that adopting a plan allocates nothing.
+  void setVetoed(std::span<const BufferId> ids);
   // For a policy that can be copied whole (DeltaPolicy): protected, so that no copy slices.
   Policy(const Policy&) = default;
 
@@ -176,12 +181,17 @@ class Policy {
     bool large;
   };
   static bool lessUrgent(const Scored& a, const Scored& b);
-  // Rates the first eligible buffer of `bucket` into heap_; kept buffers are set aside.
+  // Rates the first eligible buffer of `bucket` into heap_; kept buffers (and vetoed ones while
+  // honoured) are set aside.
   void pushTop(std::uint32_t bucket, const EvictRequest& request, std::uint32_t stamp);
 
   CandidateIndex index_;
   std::vector<Scored> heap_;     // one entry per bucket at most; reserved at construction
   std::vector<BufferId> aside_;  // taken out of the index during one call; reserved
+  std::vector<std::uint8_t> vetoed_;    // per buffer (setVetoed)
+  std::vector<BufferId> vetoed_ids_;    // those set, to clear them; reserved with vetoed_
+  bool honour_vetoes_ = false;          // within chooseVictims: vetoed buffers are set aside
+  bool vetoed_aside_ = false;           // and one was
 };
 
 }  // namespace delta::policy

@@ -63,6 +63,7 @@ void Simulator::reset() {
   }
   pending_out_.clear();
   keep_.clear();
+  std::fill(waited_by_buffer_.begin(), waited_by_buffer_.end(), 0);
   used_ = 0;
   pending_out_bytes_ = 0;
   t_compute_ = t_h2d_ = t_d2h_ = 0;
@@ -276,6 +277,9 @@ std::int64_t Simulator::ensureRoom(std::uint64_t bytes, std::int64_t now) {
 void Simulator::reportWait(BufferId id, std::int64_t until) {
   if (until <= waited_until_) return;
   policy_->onWaited(id, until - waited_until_);
+  if (id < waited_by_buffer_.size() && next_iteration_ >= options_.warmup) {
+    waited_by_buffer_[id] += until - waited_until_;
+  }
   waited_until_ = until;
 }
 

@@ -98,6 +98,12 @@ class Simulator {
   // run that passes a give-up time lowered since it stopped gives up at once: it would have
   // given up before where it stopped.
   SimResult resume(Policy& policy);
+  // From now on, sums the waits reported to each buffer (Policy::onWaited) over the measured
+  // iterations: what evicting it cost the run (its restores' and recomputes' waits, the memory's
+  // wait for its copy out). Kept by a copy. O(buffers) once.
+  void recordWaitsByBuffer() { waited_by_buffer_.assign(workload_.buffers.size(), 0); }
+  // Indexed by buffer; empty unless recorded.
+  const std::vector<std::int64_t>& waitedByBuffer() const { return waited_by_buffer_; }
 
  private:
   enum class State : std::uint8_t { kAbsent, kResident, kSwappingOut, kSwapped, kSwappingIn, kDropped };
@@ -163,6 +169,7 @@ class Simulator {
   std::int64_t t_h2d_ = 0;
   std::int64_t t_d2h_ = 0;
   std::int64_t waited_until_ = 0;  // the current op's waits reported up to here (onWaited)
+  std::vector<std::int64_t> waited_by_buffer_;  // recordWaitsByBuffer
   // Launches told to the policy so far: the next one's number for onLaunchTimed.
   std::uint64_t launches_told_ = 0;
   bool times_wanted_ = false;  // policy_->wantsLaunchTimes()

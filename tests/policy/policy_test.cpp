@@ -1,12 +1,14 @@
 // Table-driven tests of each policy's choices, through the same calls the shim makes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 #include <vector>
 
 #include "policy/access_pattern.h"
 #include "policy/delta_policy.h"
+#include "policy/lru_policy.h"
 #include "policy/policy_factory.h"
 #include "policy/prefetcher.h"
 
@@ -145,6 +147,62 @@ TEST(Policy, EvictedAndFreedBuffersAreNotCandidates) {
   EXPECT_EQ(out[0].id, 2u);
   p->onRestored(0, 5);
   EXPECT_EQ(p->chooseVictims(req, out), 2u);
+}
+
+// LRU with a plan's vetoes (Policy::setVetoed), as delta adopts them.
+class VetoingLru : public LruPolicy {
+ public:
+  using LruPolicy::LruPolicy;
+  using Policy::setVetoed;
+};
+
+TEST(Policy, AVetoedBufferGoesOnlyWhenMemoryIsNeededAndNothingElseFreesEnough) {
+  // Buffers 0..5 of 1 MiB, 0 used least recently; 0 and 3 vetoed. Several sizes, so that a vetoed
+  // buffer heads a bucket with others behind it (they must still be reached), and several seeds
+  // of which buffers are vetoed.
+  for (std::uint64_t bytes : {kMiB, 3 * kMiB, 40 * kMiB}) {
+    for (std::uint32_t seed = 0; seed < 4; ++seed) {
+      PolicyConfig config;
+      config.max_buffers = 16;
+      config.budget_bytes = seed % 2 == 0 ? 64 * kMiB : 0;  // reserved at construction, or grown when set
+      VetoingLru p(config);
+      for (BufferId id = 0; id < 6; ++id) p.onAlloc(id, bytes, id);
+      const std::vector<BufferId> vetoed = {seed % 6, (seed + 3) % 6};
+      p.setVetoed(vetoed);
+      auto isVetoed = [&](BufferId id) { return std::find(vetoed.begin(), vetoed.end(), id) != vetoed.end(); };
+      std::array<Victim, 8> out{};
+      const std::string row = std::to_string(bytes) + " bytes, seed " + std::to_string(seed);
+      // Ahead of need: never a vetoed one, even when that frees less than asked.
+      EvictRequest ahead;
+      ahead.urgent = false;
+      ahead.bytes = 6 * bytes;
+      ASSERT_EQ(p.chooseVictims(ahead, out), 4u) << row;
+      for (std::size_t i = 0; i < 4; ++i) EXPECT_FALSE(isVetoed(out[i].id)) << row;
+      // Needed now, and the others free enough: none of them, oldest first as LRU goes.
+      EvictRequest now;
+      now.bytes = 2 * bytes;
+      ASSERT_EQ(p.chooseVictims(now, out), 2u) << row;
+      BufferId expected = 0;
+      for (std::size_t i = 0; i < 2; ++i, ++expected) {
+        while (isVetoed(expected)) ++expected;
+        EXPECT_EQ(out[i].id, expected) << row;
+      }
+      // Needed now, more than the others hold: the vetoed ones last, and the buffer kept for
+      // the launch never.
+      now.bytes = 6 * bytes;
+      const std::array<BufferId, 1> keep = {vetoed[0]};
+      now.keep = keep;
+      ASSERT_EQ(p.chooseVictims(now, out), 5u) << row;
+      for (std::size_t i = 0; i < 4; ++i) EXPECT_FALSE(isVetoed(out[i].id)) << row;
+      EXPECT_EQ(out[4].id, vetoed[1]) << row;
+      // A new set replaces the old.
+      p.setVetoed({});
+      now.keep = {};
+      now.bytes = bytes;
+      ASSERT_EQ(p.chooseVictims(now, out), 1u) << row;
+      EXPECT_EQ(out[0].id, 0u) << row;
+    }
+  }
 }
 
 // Launch sequence of a fake iteration: launch i touches buffers {i, i+1} (mod n).
