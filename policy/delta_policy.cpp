@@ -202,8 +202,9 @@ void DeltaPolicy::replan() {
   }
   std::vector<std::int64_t> waits;
   plannedWaits(waits);
-  Plan plan = Planner::choose(Planner::workloadFrom(pattern_.schedule(), planned_, waits),
-                              config_.budget_bytes, costs_, mode_);
+  std::vector<BufferId> source_ids;
+  const Workload workload = Planner::workloadFrom(pattern_.schedule(), planned_, waits, &source_ids);
+  Plan plan = Planner::choose(workload, config_.budget_bytes, costs_, mode_, source_ids);
   const bool replayed = plan.planned;
   applyPlan(std::move(plan), replayed, true);
 }
@@ -301,6 +302,10 @@ void DeltaPolicy::applyPlan(Plan&& plan, bool replayed, bool current) {
   const Prefetcher::Window window_before = activeWindow();
   if (plan.planned || replayed) ++plans_adopted_;
   plan_ = std::move(plan);
+  chosen_mode_ = plan_.mode;
+  chosen_window_ = plan_.window;
+  vetoes_dropped_ = false;
+  setVetoed(plan_.vetoed);
   for (auto& by_window : ran_waits_ns_) std::fill(std::begin(by_window), std::end(by_window), kNotMeasured);
   std::fill(std::begin(mode_misjudged_), std::end(mode_misjudged_), 1.0);
   candidate_since_ = pattern_.boundaries();
@@ -339,9 +344,12 @@ void DeltaPolicy::applyPlan(Plan&& plan, bool replayed, bool current) {
   relearning_ = true;
 }
 
-std::int64_t DeltaPolicy::predictedWaitsNs(DirectorMode mode, Prefetcher::Window window) const {
+std::int64_t DeltaPolicy::predictedWaitsNs(DirectorMode mode, Prefetcher::Window window, bool with_vetoes) const {
   // The better of its two starts, in budget: the switch made now is neither, and the run
   // measures what it is.
+  if (with_vetoes && !plan_.vetoed.empty() && !vetoes_dropped_ && mode == chosen_mode_ && window == chosen_window_) {
+    return std::max<std::int64_t>(0, plan_.vetoed_ns - plan_.compute_ns);
+  }
   std::int64_t best = kNotMeasured;
   const int m = static_cast<int>(mode), w = static_cast<int>(window);
   for (int start = 0; start < 2; ++start) {
@@ -371,8 +379,10 @@ void DeltaPolicy::checkPlan() {
   // (the mixed ones alike drift: 6 layers at 12 GB/s, 60 %, each predicted to wait 42 ms per
   // iteration ran at 75, where recompute-only ran as predicted).
   const std::int64_t floor_ns = std::max<std::int64_t>(plan_.compute_ns / 50, 1);
+  // Not while its vetoes hold: a run slower than the vetoes' prediction misjudged them, not the
+  // mode (the candidate without them is weighed on its own prediction below).
   const std::int64_t predicted_waits = predictedWaitsNs(plan_.mode, plan_.window);
-  if (predicted_waits != kNotMeasured) {
+  if (predicted_waits != kNotMeasured && !vetoesApplied()) {
     mode_misjudged_[mode] = std::max(mode_misjudged_[mode], static_cast<double>(rate + floor_ns) /
                                                                 static_cast<double>(predicted_waits + floor_ns));
   }
@@ -394,6 +404,18 @@ void DeltaPolicy::checkPlan() {
   const std::int64_t predicted_margin = std::max(rate / 10, measured_margin);
   std::int64_t best = 0;
   int best_mode = -1, best_window = -1;
+  // The candidate chosen, without its vetoes: the veto search kept each for a faster replay of
+  // two iterations, and a run can settle elsewhere from there (unet-3 at 50 %/50 GB/s: 2 % over
+  // the first three iterations, then 16 and 19 %; iterations 5 to 8 at 13.4 % with its vetoes
+  // kept, 11.7 % with them dropped here after the sixth, 4.4 % in the eighth).
+  bool drop_vetoes = false;
+  if (vetoesApplied()) {
+    const std::int64_t expected = predictedWaitsNs(plan_.mode, plan_.window, false);
+    if (expected != kNotMeasured && expected < rate - predicted_margin) {
+      best = expected;
+      drop_vetoes = true;
+    }
+  }
   for (int m = 0; m < 3; ++m) {
     // A forced variant keeps its mode (the planner replayed it alone).
     if (mode_ != DirectorMode::kMixed && m != static_cast<int>(mode_)) continue;
@@ -408,25 +430,43 @@ void DeltaPolicy::checkPlan() {
           expected = static_cast<std::int64_t>(static_cast<double>(expected) * std::max(1.0, mode_misjudged_[m]));
         }
       }
-      if (expected != kNotMeasured && expected < rate - margin && (best_mode < 0 || expected < best)) {
+      if (expected != kNotMeasured && expected < rate - margin && ((best_mode < 0 && !drop_vetoes) || expected < best)) {
         best = expected;
         best_mode = m;
         best_window = w;
       }
     }
   }
-  if (best_mode < 0) return;
+  if (best_mode < 0 && !drop_vetoes) return;
   ++plan_switches_;
   candidate_since_ = pattern_.boundaries();
+  if (best_mode < 0) {  // the same candidate, its vetoes dropped for good
+    vetoes_dropped_ = true;
+    setVetoed({});
+    return;
+  }
   const bool new_mode = best_mode != mode;
   plan_.mode = static_cast<DirectorMode>(best_mode);
   plan_.window = static_cast<Prefetcher::Window>(best_window);
   plan_.start = PlanStart::kSwitched;
+  // The vetoes were searched for the candidate chosen, and hold only there.
+  setVetoed(vetoesApplied() ? std::span<const BufferId>(plan_.vetoed) : std::span<const BufferId>());
   if (new_mode) director_ = Director(plan_.mode);
   // As a planned switch does (applyPlan): the learned times are the old candidate's.
   pattern_.relearnNext();
   relearning_ = true;
   reindexAll();
+}
+
+std::string DeltaPolicy::runningPlan() const {
+  if (!plan_.planned) return {};
+  if (vetoesApplied() || plan_.vetoed.empty()) return plan_.name();
+  Plan running;
+  running.mode = plan_.mode;
+  running.window = plan_.window;
+  running.start = plan_.start;
+  running.optimistic = plan_.optimistic;
+  return running.name();
 }
 
 MeasuredOutcomes DeltaPolicy::measuredOutcomes() const {

@@ -17,12 +17,15 @@
 // start from the times and the measured costs its replay had reached. The plan is then checked
 // against the run, once per iteration: a candidate whose iterations wait clearly longer than
 // another candidate is predicted (or was measured) to is left for that one (checkPlan), a few
-// times at most. Costs as in policy.h; learning adds O(buffers of the launch) per launch, and a
-// newly learned iteration re-ranks the resident buffers once (O(n log n)); the outcome
-// bookkeeping is O(1) per event, the check O(candidates) per iteration.
+// times at most, and the plan's vetoes (Plan::vetoed) are dropped where the run is clearly
+// slower with them than predicted without. Costs as in policy.h; learning adds O(buffers of the
+// launch) per launch, and a newly learned iteration re-ranks the resident buffers once
+// (O(n log n)); the outcome bookkeeping is O(1) per event, the check O(candidates) per
+// iteration, adopting a plan O(its vetoes and the last plan's).
 #pragma once
 
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "policy/access_pattern.h"
@@ -65,7 +68,7 @@ class DeltaPolicy : public Policy {
   // Candidates of the adopted plan switched to since it was adopted, because the run waited
   // longer per iteration than another candidate's replay predicted (checkPlan).
   std::uint32_t planSwitches() const override { return plan_switches_; }
-  std::string runningPlan() const override { return plan_.planned ? plan_.name() : std::string(); }
+  std::string runningPlan() const override;
   std::uint32_t iterationBoundaries() const override { return pattern_.boundaries(); }
 
   const AccessPattern& pattern() const { return pattern_; }
@@ -77,13 +80,15 @@ class DeltaPolicy : public Policy {
   // For the planner's replays: run in the configured mode until an iteration is learned, then
   // `mode` and `window`, as a planned policy would (without planning in turn).
   // `optimistic`: Plan::optimistic for the mode switched to.
+  // `vetoed`: Plan::vetoed.
   void switchWhenLearned(DirectorMode mode, Prefetcher::Window window = Prefetcher::Window::kGross,
-                         bool optimistic = false) {
+                         bool optimistic = false, std::vector<BufferId> vetoed = {}) {
     switch_plan_ = Plan{};
     switch_plan_.planned = true;
     switch_plan_.mode = mode;
     switch_plan_.window = window;
     switch_plan_.optimistic = optimistic;
+    switch_plan_.vetoed = std::move(vetoed);
     switch_adopts_ = false;
     switch_pending_ = true;
   }
@@ -164,8 +169,14 @@ class DeltaPolicy : public Policy {
   // candidate predicted (or measured) to wait clearly less is switched to.
   void checkPlan();
   // A candidate's predicted waits per iteration (its predicted time less the compute), the
-  // better of its two starts that kept the budget; kNotMeasured when none did.
-  std::int64_t predictedWaitsNs(DirectorMode mode, Prefetcher::Window window) const;
+  // better of its two starts that kept the budget, or with `with_vetoes` the plan's with its
+  // vetoes for the candidate they were searched for (unless dropped); kNotMeasured when none did.
+  std::int64_t predictedWaitsNs(DirectorMode mode, Prefetcher::Window window, bool with_vetoes = true) const;
+  // Whether the plan's vetoes hold now: for the candidate they were searched for, until checkPlan
+  // drops them.
+  bool vetoesApplied() const {
+    return !plan_.vetoed.empty() && !vetoes_dropped_ && plan_.mode == chosen_mode_ && plan_.window == chosen_window_;
+  }
   void checkRestores(const Launch& launch);
   void closeOutcome(BufferId id, bool used);
   std::int64_t periodNs() const;
@@ -175,6 +186,10 @@ class DeltaPolicy : public Policy {
   Director director_;
   DirectorMode mode_;
   Plan plan_;
+  // The candidate plan_ chose, while checkPlan may run another.
+  DirectorMode chosen_mode_ = DirectorMode::kMixed;
+  Prefetcher::Window chosen_window_ = Prefetcher::Window::kGross;
+  bool vetoes_dropped_ = false;  // by checkPlan: the run was slower with them than predicted without
   Plan switch_plan_;  // for the planner's replays (switchWhenLearned, adoptWhenLearned)
   bool switch_adopts_ = false;
   bool switch_pending_ = false;

@@ -36,7 +36,8 @@ std::string timeText(std::int64_t ns) {
 }  // namespace
 
 std::string Plan::name() const {
-  return candidateName(static_cast<int>(start), static_cast<int>(mode), static_cast<int>(window), optimistic);
+  return candidateName(static_cast<int>(start), static_cast<int>(mode), static_cast<int>(window), optimistic) +
+         (vetoed.empty() ? "" : "/vetoed-" + std::to_string(vetoed.size()));
 }
 
 std::string Plan::predictions() const {
@@ -54,12 +55,14 @@ std::string Plan::predictions() const {
       }
     }
   }
+  if (!vetoed.empty()) text += ", " + name() + " " + timeText(vetoed_ns) + " as adopted";
   return text;
 }
 
 Workload Planner::workloadFrom(const UseSchedule& schedule, std::span<const PlannedBuffer> buffers,
-                               std::span<const std::int64_t> waited_ns) {
+                               std::span<const std::int64_t> waited_ns, std::vector<BufferId>* source_ids) {
   Workload w;
+  if (source_ids != nullptr) source_ids->clear();
   w.name = "learned iteration";
   const std::uint32_t len = schedule.length();
   if (!schedule.ready() || len == 0) return w;
@@ -91,6 +94,7 @@ Workload Planner::workloadFrom(const UseSchedule& schedule, std::span<const Plan
     b.persistent = true;
     current[id] = static_cast<BufferId>(w.buffers.size());
     w.buffers.push_back(std::move(b));
+    if (source_ids != nullptr) source_ids->push_back(id);
   }
   w.ops.resize(len);
   for (std::uint32_t pos = 0; pos < len; ++pos) {
@@ -112,6 +116,7 @@ Workload Planner::workloadFrom(const UseSchedule& schedule, std::span<const Plan
         current[id] = static_cast<BufferId>(w.buffers.size());
         op.allocs.push_back(current[id]);
         w.buffers.push_back(std::move(b));
+        if (source_ids != nullptr) source_ids->push_back(id);
         continue;
       }
       const BufferId b = current[id];
@@ -140,7 +145,7 @@ Workload Planner::workloadFrom(const UseSchedule& schedule, std::span<const Plan
 }
 
 Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const CostModel& costs,
-                     DirectorMode configured) {
+                     DirectorMode configured, std::span<const BufferId> source_ids) {
   Plan plan;
   if (budget_bytes == 0 || workload.ops.empty() || !workload.validate().empty()) return plan;
   // It fits: nothing will be evicted, whatever the plan. Not worth the replays.
@@ -180,6 +185,7 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
     if (!l.sim) {
       l.sim.emplace(workload, options);
       l.sim->setGiveUpAfter(give_up_ns);
+      l.sim->recordWaitsByBuffer();  // for the veto search
       l.policy.emplace(config, learn_mode);
       // Learned at the second iteration's marker: the switch told to a copy comes in time
       // (simulator_test ACopyResumedRunsAsTheWholeRunWould).
@@ -206,6 +212,7 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
     SimResult result;
     Plan plan;  // mode, window, start, prior, and the state a run adopting it starts from
     bool other_prior = false;  // mixed under the prior not kept (Plan::other_prior_ns)
+    std::vector<std::int64_t> waited_by_buffer;  // in the run its figures are from
   };
   std::vector<Candidate> candidates;
   std::size_t chosen = 0;
@@ -258,6 +265,7 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
     const std::span<const std::int64_t> waits = policy.pattern().deviceWaits();
     c.plan.learned_waits_ns.assign(waits.begin(), waits.end());
     c.plan.outcomes = policy.measuredOutcomes();
+    c.waited_by_buffer = sim.waitedByBuffer();
     candidates.push_back(std::move(c));
     if (!better) return {r, false};
     best_last_ns = r.last_iteration_ns;
@@ -370,6 +378,8 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
         if (r.gave_up) continue;  // slower than the fastest checked: keeps its first figures
         record(c.plan.start, c.plan.window, c.plan.mode, r);
         if (r.over_budget_ops > best_over) continue;
+        c.result = r;
+        c.waited_by_buffer = sim.waitedByBuffer();
       }
       plan.checked[static_cast<int>(c.plan.start)][static_cast<int>(c.plan.mode)][static_cast<int>(c.plan.window)] = true;
       if (best_checked_ns < 0 || r.total_ns < best_checked_ns) {
@@ -377,7 +387,67 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
         best = i;
       }
     }
+    // The veto search. A mode and a window decide every eviction by one rule, and where the run
+    // waits is often a few buffers the rule evicts at the wrong time (a restore that cannot be
+    // hidden, a recompute on the critical path). The chosen candidate is replayed as a run
+    // adopting it goes with the buffer whose evictions its run waited for longest vetoed (kept
+    // resident while anything else can make room, Policy::setVetoed), and the veto is kept if
+    // that run is faster; then the next, kVetoMoves in all, each ranked by the fastest run so
+    // far. A veto names an id of the learned iteration, so every workload buffer standing for
+    // it is vetoed together, as the run will veto them. Each move is one more check, cut short
+    // once slower than the fastest.
     Candidate& c = candidates[best];
+    const std::int64_t chosen_ns = best_checked_ns >= 0 ? best_checked_ns : c.result.total_ns;
+    if (!c.result.gave_up && chosen_ns > 0) {
+      auto sourceOf = [&](BufferId w) { return w < source_ids.size() ? source_ids[w] : w; };
+      BufferId sources = 0;
+      for (BufferId w = 0; w < workload.buffers.size(); ++w) sources = std::max(sources, sourceOf(w) + 1);
+      std::vector<std::uint8_t> tried(sources, 0);
+      std::vector<BufferId> vetoed_sources;
+      std::vector<std::int64_t> waits_by_source(sources, 0);
+      std::int64_t fastest_ns = chosen_ns;
+      const bool adopts =
+          DeltaPolicy::adoptsReplayedState(configured, Prefetcher::Window::kGross, c.plan.mode, c.plan.window);
+      for (int move = 0; move < kVetoMoves; ++move) {
+        std::fill(waits_by_source.begin(), waits_by_source.end(), 0);
+        for (BufferId w = 0; w < c.waited_by_buffer.size(); ++w) waits_by_source[sourceOf(w)] += c.waited_by_buffer[w];
+        BufferId next = kNoBuffer;
+        for (BufferId id = 0; id < sources; ++id) {
+          if (tried[id] == 0 && waits_by_source[id] > 0 &&
+              (next == kNoBuffer || waits_by_source[id] > waits_by_source[next])) {
+            next = id;
+          }
+        }
+        if (next == kNoBuffer) break;
+        tried[next] = 1;
+        vetoed_sources.push_back(next);
+        std::vector<BufferId> vetoed;
+        for (BufferId w = 0; w < workload.buffers.size(); ++w) {
+          if (std::find(vetoed_sources.begin(), vetoed_sources.end(), sourceOf(w)) != vetoed_sources.end()) {
+            vetoed.push_back(w);
+          }
+        }
+        auto [sim, policy] = learnedIn(configured, learn_ns == 0 ? 0 : learn_ns + fastest_ns);
+        if (adopts) {
+          Plan trial = c.plan;
+          trial.vetoed = vetoed;
+          policy.adoptWhenLearned(trial);
+        } else {
+          policy.switchWhenLearned(c.plan.mode, c.plan.window, c.plan.optimistic, vetoed);
+        }
+        const SimResult r = sim.resume(policy);
+        if (r.gave_up || r.over_budget_ops > best_over || r.total_ns >= fastest_ns) {
+          vetoed_sources.pop_back();
+          continue;
+        }
+        fastest_ns = r.total_ns;
+        c.result = r;
+        c.waited_by_buffer = sim.waitedByBuffer();
+        c.plan.vetoed = std::move(vetoed);
+        plan.vetoed_ns = r.last_iteration_ns;
+        plan.vetoed_ranked_ns = r.total_ns;
+      }
+    }
     plan.mode = c.plan.mode;
     plan.window = c.plan.window;
     plan.start = c.plan.start;
@@ -385,6 +455,10 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
     plan.learned_offsets_ns = std::move(c.plan.learned_offsets_ns);
     plan.learned_waits_ns = std::move(c.plan.learned_waits_ns);
     plan.outcomes = c.plan.outcomes;
+    for (BufferId w : c.plan.vetoed) {
+      const BufferId id = w < source_ids.size() ? source_ids[w] : w;
+      if (std::find(plan.vetoed.begin(), plan.vetoed.end(), id) == plan.vetoed.end()) plan.vetoed.push_back(id);
+    }
   }
   for (const WorkloadOp& op : workload.ops) plan.compute_ns += op.compute_ns;
   plan.planned = true;

@@ -37,11 +37,21 @@
 // (DeltaPolicy::adoptWhenLearned); the fastest checked is chosen, with the figures of its check,
 // a far window as any other.
 //
+// Then the veto search: one rule decides every eviction of a candidate, and where its run waits
+// is often a few buffers the rule evicts at the wrong time. The buffer whose evictions the
+// chosen candidate's run waited for longest (Simulator::recordWaitsByBuffer) is vetoed: kept
+// resident while anything else can make room (Policy::setVetoed). The veto stays if the run
+// adopting the plan with it is faster, and the next dearest buffer of the fastest run so far is
+// tried, kVetoMoves in all. The plan carries the vetoes as ids of the learned iteration
+// (Plan::vetoed); the run drops them if it runs clearly slower with them than the candidate is
+// predicted to without (DeltaPolicy::checkPlan).
+//
 // Cost: building the workload is O(launches + uses); each replay simulates three
 // iterations (learn, switch, measure), sixteen replays for delta (mixed with the gross window
 // twice, once per prior: Plan::optimistic), three for swap-only and three for recompute-only (the
 // slowest cut short: Planner::kGiveUpFactor), then a check of each that kept the budget (none for a
-// candidate that adopts nothing; each cut short once slower than the fastest checked). The learning
+// candidate that adopts nothing; each cut short once slower than the fastest checked), then up to
+// kVetoMoves more checks of the chosen one (each O(buffers) to rank and name its vetoes). The learning
 // iteration is run once per mode it is learned in (the configured one and each fresh start's: three
 // at most) and shared: every replay runs on from a copy of it (the simulator's and the policy's
 // state, O(buffers + uses); Simulator::runFirst), so each simulates two of its own. It allocates, so it
@@ -129,7 +139,8 @@ struct Plan {
   // DeltaPolicy checks the run against.
   std::int64_t compute_ns = 0;
   std::int64_t chosenNs() const {
-    return predicted_ns[static_cast<int>(start)][static_cast<int>(mode)][static_cast<int>(window)];
+    return vetoed.empty() ? predicted_ns[static_cast<int>(start)][static_cast<int>(mode)][static_cast<int>(window)]
+                          : vetoed_ns;
   }
   // Where the chosen candidate's measured iteration started in its replay, for a policy that
   // switches to its mode: the iteration as the replay had learned it, run the new way (each
@@ -140,13 +151,22 @@ struct Plan {
   // when not known): the prefetcher times restores without them (Prefetcher::choose).
   std::vector<std::int64_t> learned_waits_ns;
   MeasuredOutcomes outcomes;
+  // Buffer ids of the learned iteration that the run keeps resident while anything else can
+  // make room (Policy::setVetoed): the veto search's (Planner::choose), each one kept because
+  // the run adopting the plan with it was faster. Empty: none.
+  std::vector<BufferId> vetoed;
+  // The chosen candidate's predicted iteration with them, and its two ranked iterations (its
+  // predicted_ns and ranked_ns are without).
+  std::int64_t vetoed_ns = kNotReplayed;
+  std::int64_t vetoed_ranked_ns = kNotReplayed;
 
   // The chosen candidate as `replay` prints it: the mode, "/net" when room is made ahead by
   // the net window, "/on-demand" when none is, "/far" by the far window, "/fresh" when its
-  // replay started in its mode, "/optimistic" for mixed under the optimistic prior.
+  // replay started in its mode, "/optimistic" for mixed under the optimistic prior, "/vetoed-N"
+  // with N buffers vetoed.
   std::string name() const;
   // Every candidate replayed with its predicted iteration time, in that notation ("as
-  // adopted" after the time of one checked).
+  // adopted" after the time of one checked), the chosen one with its vetoes last.
   std::string predictions() const;
 };
 
@@ -161,8 +181,9 @@ class Planner {
 
   // The learned iteration as a workload. `buffers` is indexed by buffer id; `waited_ns` by
   // launch position (what each launch waited for memory, restores and recomputes).
+  // `source_ids`, when given, is filled with the id each workload buffer stands for.
   static Workload workloadFrom(const UseSchedule& schedule, std::span<const PlannedBuffer> buffers,
-                               std::span<const std::int64_t> waited_ns);
+                               std::span<const std::int64_t> waited_ns, std::vector<BufferId>* source_ids = nullptr);
 
   // Replays `workload` under each candidate within `budget_bytes` on a link as `costs` measured
   // it, and returns the fastest (ties: the shorter whole replay, learning and switch included;
@@ -170,8 +191,13 @@ class Planner {
   // candidate that runs ops over the budget loses to one that does not. `configured`: delta's
   // mode (kMixed: all three are candidates; a forced variant: only its own). Nothing is planned
   // when the workload's peak fits the budget.
+  // `source_ids`: the id of the learned iteration each workload buffer stands for (workloadFrom),
+  // which Plan::vetoed names; empty: the workload's own ids.
   static Plan choose(const Workload& workload, std::uint64_t budget_bytes, const CostModel& costs,
-                     DirectorMode configured = DirectorMode::kMixed);
+                     DirectorMode configured = DirectorMode::kMixed, std::span<const BufferId> source_ids = {});
+  // Moves of the veto search (choose): each vetoes the buffer whose evictions the best run so far
+  // waited for longest, and is kept if the run adopting the plan with it is faster.
+  static constexpr int kVetoMoves = 8;
 };
 
 // Everything the planner reads of a learned iteration, copied out of the policy, so that the
@@ -188,7 +214,9 @@ struct PlanRequest {
 
   // Planner::choose on the iteration rebuilt: seconds on a long iteration (docs/policy.md).
   Plan run() const {
-    return Planner::choose(Planner::workloadFrom(schedule, buffers, waited_ns), budget_bytes, costs, configured);
+    std::vector<BufferId> source_ids;
+    const Workload workload = Planner::workloadFrom(schedule, buffers, waited_ns, &source_ids);
+    return Planner::choose(workload, budget_bytes, costs, configured, source_ids);
   }
 };
 

@@ -67,7 +67,7 @@ done
 # fresh starts, dropping on demand and mixed under both priors among them ("as adopted" after
 # the figures of each one checked).
 t='[0-9.]+ ms( as adopted)?'
-grep -Eq "^plan +(mixed|swap-only|recompute-only)(/net|/on-demand|/far)?(/fresh)?(/optimistic)? \\(predicted per iteration: mixed(/optimistic)? $t, mixed(/optimistic)? $t,.* recompute-only/on-demand $t,.* swap-only/fresh $t," "$tmp/out" ||
+grep -Eq "^plan +(mixed|swap-only|recompute-only)(/net|/on-demand|/far)?(/fresh)?(/optimistic)?(/vetoed-[0-9]+)? \\(predicted per iteration: mixed(/optimistic)? $t, mixed(/optimistic)? $t,.* recompute-only/on-demand $t,.* swap-only/fresh $t," "$tmp/out" ||
   { echo "FAIL: replay shows no plan" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 "$bin" replay --policy delta --budget 70% --no-plan "$fx" >"$tmp/out" 2>&1 &&
   grep -q '^overhead' "$tmp/out" && ! grep -q '^plan' "$tmp/out" ||
@@ -76,7 +76,7 @@ grep -Eq "^plan +(mixed|swap-only|recompute-only)(/net|/on-demand|/far)?(/fresh)
   { echo "FAIL: lru replay shows a plan" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 "$bin" sweep --csv --policies delta,belady --budgets 50%,20000 "$fx" >"$tmp/out" 2>&1 &&
   head -1 "$tmp/out" | grep -q '^trace,policy,budget,budget_bytes,peak_bytes,overhead_pct,h2d_bytes,d2h_bytes,recompute_ns,stall_ns,over_budget_ops,swaps,drops,prefetches,plan,regret$' &&
-  grep -Eq '^tiny_dtr.log,delta,50%,.*,(mixed|swap-only|recompute-only)(/net|/on-demand)?(/fresh)?,([0-9]+\.[0-9]{3}|inf)$' "$tmp/out" &&
+  grep -Eq '^tiny_dtr.log,delta,50%,.*,(mixed|swap-only|recompute-only)(/net|/on-demand|/far)?(/fresh)?(/optimistic)?(/vetoed-[0-9]+)?,([0-9]+\.[0-9]{3}|inf)$' "$tmp/out" &&
   grep -Eq '^tiny_dtr.log,belady,50%,.*,,([0-9]+\.[0-9]{3}|inf)$' "$tmp/out" &&
   [ "$(wc -l <"$tmp/out")" = 5 ] || { echo "FAIL: sweep --csv" >&2; cat "$tmp/out" >&2; failures=$((failures + 1)); }
 # The regret column: each policy's overhead over the oracle's on the same trace and budget (the

@@ -687,6 +687,7 @@ class Misplanned : public DeltaPolicy {
       plan.predicted_ns[start][static_cast<int>(slowest.first)][static_cast<int>(slowest.second)] = fastest_ns;
       plan.learned_offsets_ns.clear();
       plan.learned_waits_ns.clear();
+      plan.vetoed.clear();  // searched for the candidate chosen
     }
     DeltaPolicy::deliverPlan(std::move(plan));
   }
@@ -702,6 +703,7 @@ TEST(DeltaPlanning, TheCandidateChosenWasReplayedAsTheRunAdoptingItGoes) {
   // of those, and its figures are the run's: iterations 2 and 3 as one, as the replay ranked.
   int checked_again = 0;
   int most_checked = 0;
+  int vetoed_rows = 0;
   for (const TrainingShape& c : kTrainingShapes) {
     const Workload w = trainingWorkload(c.layers, c.act_bytes, c.fwd_ns);
     for (double gbps : {1.0, 12.0, 50.0}) {
@@ -722,9 +724,16 @@ TEST(DeltaPlanning, TheCandidateChosenWasReplayedAsTheRunAdoptingItGoes) {
         // 0.001 %, one (12 layers, 50 GB/s, 35 %: swap-only/net/fresh) 0.22 % slower, where
         // a check of the same plan on the workload itself is exact. Before the check, a run
         // was off its plan's figures by 10 % (gan-21 at 70 %/50 GB/s: 52.7 ms against 47.7).
-        EXPECT_NEAR(static_cast<double>(r.total_ns), static_cast<double>(p.ranked_ns[cs][cm][cw]),
-                    5e-3 * static_cast<double>(r.total_ns))
+        // With vetoes, the run is the veto search's last kept replay, faster than the check
+        // without them.
+        const std::int64_t ranked = p.vetoed.empty() ? p.ranked_ns[cs][cm][cw] : p.vetoed_ranked_ns;
+        EXPECT_NEAR(static_cast<double>(r.total_ns), static_cast<double>(ranked), 5e-3 * static_cast<double>(r.total_ns))
             << row;
+        if (!p.vetoed.empty()) {
+          ++vetoed_rows;
+          EXPECT_LT(p.vetoed_ranked_ns, p.ranked_ns[cs][cm][cw]) << row;
+          EXPECT_LE(p.vetoed.size(), static_cast<std::size_t>(Planner::kVetoMoves)) << row;
+        }
         int checked_in_row = 0;
         for (int s = 0; s < 2; ++s) {
           for (int m = 0; m < 3; ++m) {
@@ -749,6 +758,7 @@ TEST(DeltaPlanning, TheCandidateChosenWasReplayedAsTheRunAdoptingItGoes) {
   // some rows more than three (a check slower than the fastest so far is cut short, and keeps
   // its first figures unmarked).
   EXPECT_GT(most_checked, 3);
+  EXPECT_GE(vetoed_rows, 8);  // the veto search kept some: as run, on 15 of the 27 rows
 }
 
 TEST(DeltaPlanning, ACandidateThatWaitsMoreThanAnotherIsPredictedToIsLeftForIt) {
@@ -793,6 +803,81 @@ TEST(DeltaPlanning, ACandidateThatWaitsMoreThanAnotherIsPredictedToIsLeftForIt) 
     }
   }
   EXPECT_GE(left, 8);
+}
+
+// A plan with no candidate but the one chosen (the others' predictions taken out), and with
+// `bad_vetoes`, vetoes that misjudge the run: they keep resident the first half of the
+// activations, the buffers used farthest ahead (trainingWorkload's ids after its weights and
+// input), and say the candidate runs as fast with them as without.
+class OnlyTheChosen : public DeltaPolicy {
+ public:
+  OnlyTheChosen(const PolicyConfig& config, int layers, bool bad_vetoes)
+      : DeltaPolicy(config, DirectorMode::kMixed), layers_(layers), bad_vetoes_(bad_vetoes) {}
+  void deliverPlan(Plan&& plan) override {
+    if (plan.planned) {
+      const int cs = static_cast<int>(plan.start), cm = static_cast<int>(plan.mode), cw = static_cast<int>(plan.window);
+      for (int s = 0; s < 2; ++s) {
+        for (int m = 0; m < 3; ++m) {
+          for (int w = 0; w < Prefetcher::kWindows; ++w) {
+            if (m != cm || w != cw) plan.predicted_ns[s][m][w] = Plan::kNotReplayed;
+          }
+        }
+      }
+      plan.vetoed.clear();
+      if (bad_vetoes_) {
+        for (int i = 0; i < layers_ / 2; ++i) plan.vetoed.push_back(static_cast<BufferId>(layers_ + 1 + i));
+        plan.vetoed_ns = plan.predicted_ns[cs][cm][cw];
+      }
+    }
+    DeltaPolicy::deliverPlan(std::move(plan));
+  }
+
+ private:
+  int layers_;
+  bool bad_vetoes_;
+};
+
+TEST(DeltaPlanning, VetoesThatMakeTheRunSlowerThanPredictedWithoutThemAreDropped) {
+  // The veto search keeps a veto for a faster replay of two iterations; the run goes on for
+  // thousands. Where the run with the vetoes waits clearly longer than the chosen candidate is
+  // predicted to without them, they are dropped, and the run goes on as without them. No other
+  // candidate to switch to here: dropping them is the only way out.
+  int dropped = 0;
+  for (const TrainingShape& c : kTrainingShapes) {
+    const Workload w = trainingWorkload(c.layers, c.act_bytes, c.fwd_ns);
+    for (double gbps : {1.0, 12.0, 50.0}) {
+      for (double share : {0.35, 0.6}) {
+        const auto budget = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+        SimOptions o;
+        o.iterations = 16;
+        o.warmup = 12;
+        o.budget_bytes = budget;
+        o.h2d_gbps = o.d2h_gbps = gbps;
+        o.plan_elsewhere = true;
+        PolicyConfig config = configFor(w, budget, gbps);
+        config.plan_elsewhere = true;
+        OnlyTheChosen plain(config, c.layers, false);
+        const SimResult good = Simulator(w, o).run(plain);
+        OnlyTheChosen vetoed(config, c.layers, true);
+        const SimResult bad = Simulator(w, o).run(vetoed);
+        const std::string row = std::to_string(c.layers) + " layers, " + std::to_string(gbps) + " GB/s, " +
+                                std::to_string(share) + ": " + vetoed.runningPlan();
+        EXPECT_EQ(bad.over_budget_ops, 0u) << row;
+        EXPECT_EQ(bad.used_while_evicted, 0u) << row;
+        EXPECT_EQ(vetoed.plan().mode, plain.plan().mode) << row;
+        EXPECT_EQ(vetoed.plan().window, plain.plan().window) << row;
+        const bool kept = vetoed.runningPlan().find("/vetoed-") != std::string::npos;
+        if (!kept) {
+          ++dropped;
+          EXPECT_EQ(vetoed.planSwitches(), 1u) << row;
+        }
+        // As run: within 8 % of the plan without them on every row (kept on three, where they
+        // cost under 1.3 % or gained); without the drop, up to 6.6 times slower.
+        EXPECT_LT(static_cast<double>(bad.total_ns), 1.1 * static_cast<double>(good.total_ns)) << row;
+      }
+    }
+  }
+  EXPECT_GE(dropped, 4);
 }
 
 // Device times come late, as in the shim (once the device has run the launches), not from the
@@ -924,6 +1009,7 @@ TEST(DeltaPlanning, PlannedElsewhereCostsOneIterationNotTheSteadyState) {
   // candidate that runs slower than another's prediction is left for it (DeltaPolicy::checkPlan),
   // each switch an iteration later too.
   int changed_mode = 0;
+  int elsewhere_faster = 0;
   for (const TrainingShape& c : kTrainingShapes) {
     const Workload w = trainingWorkload(c.layers, c.act_bytes, c.fwd_ns);
     for (double gbps : {1.0, 12.0, 50.0}) {
@@ -939,9 +1025,12 @@ TEST(DeltaPlanning, PlannedElsewhereCostsOneIterationNotTheSteadyState) {
                                 std::to_string(share);
         EXPECT_EQ(elsewhere.over_budget_ops, 0u) << row;
         EXPECT_EQ(elsewhere.used_while_evicted, 0u) << row;
-        EXPECT_NEAR(static_cast<double>(elsewhere.total_ns), static_cast<double>(spot.total_ns),
-                    0.02 * static_cast<double>(spot.total_ns))
-            << row;
+        // Never slower than on the spot. Faster on one row: 12 layers at 12 GB/s, 35 %, whose plan
+        // vetoes four buffers; adopted on the spot it ran its two checked iterations as replayed
+        // (15.4 and 13.3 ms), then 19.1 and, its vetoes dropped (checkPlan), 18.3 ms each; adopted
+        // an iteration later, 13.3 ms from then on. Without vetoes both ran 18.9 ms.
+        EXPECT_LE(static_cast<double>(elsewhere.total_ns), 1.02 * static_cast<double>(spot.total_ns)) << row;
+        if (static_cast<double>(elsewhere.total_ns) < 0.98 * static_cast<double>(spot.total_ns)) ++elsewhere_faster;
         PolicyConfig config = configFor(w, budget, gbps);
         DeltaPolicy probe(config, DirectorMode::kMixed);
         o.plan_elsewhere = false;
@@ -954,6 +1043,7 @@ TEST(DeltaPlanning, PlannedElsewhereCostsOneIterationNotTheSteadyState) {
     }
   }
   EXPECT_GE(changed_mode, 4);  // the rows include switches of mode, not only of window
+  EXPECT_LE(elsewhere_faster, 1);
 }
 
 TEST(DeltaPlanning, APlanForAnOlderIterationSetsTheModeAndTheNewerIsAskedFor) {
