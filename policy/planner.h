@@ -198,6 +198,7 @@ class Planner {
   // Moves of the veto search (choose): each vetoes the buffer whose evictions the best run so far
   // waited for longest, and is kept if the run adopting the plan with it is faster.
   static constexpr int kVetoMoves = 8;
+  static_assert(static_cast<std::size_t>(kVetoMoves) <= Policy::kVetoesReserved, "a plan's vetoes are adopted without allocating");
 };
 
 // Everything the planner reads of a learned iteration, copied out of the policy, so that the

@@ -14,7 +14,7 @@ Policy::Policy(const PolicyConfig& config)
   aside_.reserve(config.max_buffers);
   if (config.budget_bytes > 0) {
     vetoed_.assign(config.max_buffers, 0);
-    vetoed_ids_.reserve(config.max_buffers);
+    vetoed_ids_.reserve(kVetoesReserved);
   }
 }
 

@@ -121,6 +121,8 @@ class Policy {
   // launch path: the name is built on each call.
   virtual std::string runningPlan() const { return {}; }
   virtual std::uint32_t planSwitches() const { return 0; }
+  // Vetoes a planning policy adopts without allocating (setVetoed).
+  static constexpr std::size_t kVetoesReserved = 64;
 
   const BufferTable& buffers() const { return table_; }
   const CostModel& costs() const { return costs_; }
@@ -162,7 +164,8 @@ class Policy {
   // Buffers a plan keeps resident while anything else can make room (Plan::vetoed): never
   // chosen ahead of need, and when memory is needed only once the others do not free enough.
   // Replaces the set given before. O(ids given now and before); sized at construction when the
-  // policy plans (PolicyConfig::budget_bytes), so that adopting a plan allocates nothing.
+  // policy plans (PolicyConfig::budget_bytes), so that adopting a plan of up to kVetoesReserved
+  // vetoes (the planner's make eight at most) allocates nothing.
   void setVetoed(std::span<const BufferId> ids);
   // For a policy that can be copied whole (DeltaPolicy): protected, so that no copy slices.
   Policy(const Policy&) = default;
