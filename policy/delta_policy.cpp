@@ -406,8 +406,8 @@ void DeltaPolicy::checkPlan() {
   int best_mode = -1, best_window = -1;
   // The candidate chosen, without its vetoes: the veto search kept each for a faster replay of
   // two iterations, and a run can settle elsewhere from there (unet-3 at 50 %/50 GB/s: 2 % over
-  // the first three iterations, then 16 and 19 %; iterations 5 to 8 at 13.4 % with its vetoes
-  // kept, 11.7 % with them dropped here after the sixth, 4.4 % in the eighth).
+  // iterations 2 to 4, then 16 and 19 %; iterations 5 to 8 at 13.4 % with its vetoes kept,
+  // 11.7 % with them dropped here after the sixth, 4.4 % in the eighth).
   bool drop_vetoes = false;
   if (vetoesApplied()) {
     const std::int64_t expected = predictedWaitsNs(plan_.mode, plan_.window, false);
