@@ -347,7 +347,7 @@ void DeltaPolicy::applyPlan(Plan&& plan, bool replayed, bool current) {
 std::int64_t DeltaPolicy::predictedWaitsNs(DirectorMode mode, Prefetcher::Window window, bool with_vetoes) const {
   // The better of its two starts, in budget: the switch made now is neither, and the run
   // measures what it is.
-  if (with_vetoes && !plan_.vetoed.empty() && !vetoes_dropped_ && mode == chosen_mode_ && window == chosen_window_) {
+  if (with_vetoes && vetoesHoldFor(mode, window)) {
     return std::max<std::int64_t>(0, plan_.vetoed_ns - plan_.compute_ns);
   }
   std::int64_t best = kNotMeasured;

@@ -172,11 +172,12 @@ class DeltaPolicy : public Policy {
   // better of its two starts that kept the budget, or with `with_vetoes` the plan's with its
   // vetoes for the candidate they were searched for (unless dropped); kNotMeasured when none did.
   std::int64_t predictedWaitsNs(DirectorMode mode, Prefetcher::Window window, bool with_vetoes = true) const;
-  // Whether the plan's vetoes hold now: for the candidate they were searched for, until checkPlan
-  // drops them.
-  bool vetoesApplied() const {
-    return !plan_.vetoed.empty() && !vetoes_dropped_ && plan_.mode == chosen_mode_ && plan_.window == chosen_window_;
+  // Whether the plan's vetoes hold for a candidate (the one they were searched for, until
+  // checkPlan drops them), and for the candidate running now.
+  bool vetoesHoldFor(DirectorMode mode, Prefetcher::Window window) const {
+    return !plan_.vetoed.empty() && !vetoes_dropped_ && mode == chosen_mode_ && window == chosen_window_;
   }
+  bool vetoesApplied() const { return vetoesHoldFor(plan_.mode, plan_.window); }
   void checkRestores(const Launch& launch);
   void closeOutcome(BufferId id, bool used);
   std::int64_t periodNs() const;

@@ -447,6 +447,7 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
         plan.vetoed_ns = r.last_iteration_ns;
         plan.vetoed_ranked_ns = r.total_ns;
       }
+      plan.vetoed = std::move(vetoed_sources);  // those kept, as the run names them
     }
     plan.mode = c.plan.mode;
     plan.window = c.plan.window;
@@ -455,10 +456,6 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
     plan.learned_offsets_ns = std::move(c.plan.learned_offsets_ns);
     plan.learned_waits_ns = std::move(c.plan.learned_waits_ns);
     plan.outcomes = c.plan.outcomes;
-    for (BufferId w : c.plan.vetoed) {
-      const BufferId id = w < source_ids.size() ? source_ids[w] : w;
-      if (std::find(plan.vetoed.begin(), plan.vetoed.end(), id) == plan.vetoed.end()) plan.vetoed.push_back(id);
-    }
   }
   for (const WorkloadOp& op : workload.ops) plan.compute_ns += op.compute_ns;
   plan.planned = true;
