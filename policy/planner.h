@@ -42,21 +42,24 @@
 // chosen candidate's run waited for longest (Simulator::recordWaitsByBuffer) is vetoed: kept
 // resident while anything else can make room (Policy::setVetoed). The veto stays if the run
 // adopting the plan with it is faster, and the next dearest buffer of the fastest run so far is
-// tried, kVetoMoves in all. The plan carries the vetoes as ids of the learned iteration
+// tried, kVetoMoves in all. The same search runs from the fastest checked candidate of another
+// mode, and the faster end is chosen: which candidate vetoes help most is not always the one
+// fastest without them. The plan carries the vetoes as ids of the learned iteration
 // (Plan::vetoed); the run drops them if it runs clearly slower with them than the candidate is
 // predicted to without (DeltaPolicy::checkPlan).
 //
-// Cost: building the workload is O(launches + uses); each replay simulates three
-// iterations (learn, switch, measure), sixteen replays for delta (mixed with the gross window
-// twice, once per prior: Plan::optimistic), three for swap-only and three for recompute-only (the
-// slowest cut short: Planner::kGiveUpFactor), then a check of each that kept the budget (none for a
-// candidate that adopts nothing; each cut short once slower than the fastest checked), then up to
-// kVetoMoves more checks of the chosen one (each O(buffers) to rank and name its vetoes). The learning
-// iteration is run once per mode it is learned in (the configured one and each fresh start's: three
-// at most) and shared: every replay runs on from a copy of it (the simulator's and the policy's
-// state, O(buffers + uses); Simulator::runFirst), so each simulates two of its own. It allocates, so it
-// runs only when a new iteration is learned (a stable loop: once), never per launch; docs/policy.md
-// gives the time.
+// Cost: building the workload is O(launches + uses); each replay simulates three iterations
+// (learn, switch, measure), sixteen replays for delta (mixed with the gross window twice, once
+// per prior: Plan::optimistic), three for swap-only and three for recompute-only (the slowest cut
+// short: Planner::kGiveUpFactor), then a check of each that kept the budget (none for a candidate
+// that adopts nothing; each cut short once slower than the fastest checked), then up to
+// kVetoMoves more checks from each of the veto search's two starts (one for a forced variant:
+// it has one mode), each O(buffers) to rank and name its vetoes. The learning iteration is run
+// once per mode it is learned in (the configured one and each fresh start's: three at most) and
+// shared: every replay runs on from a copy of it (the simulator's and the policy's state,
+// O(buffers + uses); Simulator::runFirst), so each simulates two of its own. It allocates, so it
+// runs only when a new iteration is learned (a stable loop: once), never per launch;
+// docs/policy.md gives the time.
 #pragma once
 
 #include <cstdint>
@@ -198,6 +201,8 @@ class Planner {
   // Moves of the veto search (choose): each vetoes the buffer whose evictions the best run so far
   // waited for longest, and is kept if the run adopting the plan with it is faster.
   static constexpr int kVetoMoves = 8;
+  // A search ends sooner after this many moves rejected in a row.
+  static constexpr int kVetoMisses = 3;
   static_assert(static_cast<std::size_t>(kVetoMoves) <= Policy::kVetoesReserved, "a plan's vetoes are adopted without allocating");
 };
 
