@@ -316,24 +316,49 @@ std::uint64_t OracleRulePolicy::upcomingBytes(std::int64_t, std::int64_t& need_a
   return need;
 }
 
-std::string OraclePolicy::Candidate::name() const {
+std::string OracleCandidate::name() const {
+  if (planned) {
+    std::string s = configured == DirectorMode::kMixed      ? "delta:"
+                    : configured == DirectorMode::kSwapOnly ? "swap-only:"
+                                                            : "recompute-only:";
+    s += plan.planned ? plan.name() : "unplanned";
+    if (!vetoed.empty()) s += "/+vetoed-" + std::to_string(vetoed.size());
+    return s;
+  }
   std::string s = rule.name();
   if (retimed > 0) s += "/retimed-" + std::to_string(retimed);
   if (!vetoed.empty()) s += "/vetoed-" + std::to_string(vetoed.size());
   return s;
 }
 
-OraclePolicy::OraclePolicy(const PolicyConfig& config, const Workload& workload, const SimOptions& options)
-    : OraclePolicy(config, workload, search(config, workload, options)) {}
-
-OraclePolicy::OraclePolicy(const PolicyConfig& config, const Workload& workload, Search found)
+OraclePolicy::OraclePolicy(const PolicyConfig& config, const Workload& workload, OracleSearch found)
     : OracleRulePolicy(config, workload, found.candidates[found.best].rule, found.candidates[found.best].offsets_ns,
                        found.candidates[found.best].vetoed),
-      candidates_(std::move(found.candidates)),
-      plan_name_(candidates_[found.best].name()) {}
+      OracleChoice(std::move(found)) {}
 
-OraclePolicy::Search OraclePolicy::search(const PolicyConfig& config, const Workload& workload,
-                                          const SimOptions& options) {
+namespace {
+// The planner's start run as the candidate says: delta as it runs, or adopting its plan with
+// the oracle's vetoes added once it has learned the iteration.
+void adoptCandidate(DeltaPolicy& policy, const OracleCandidate& c) {
+  if (c.vetoed.empty()) return;
+  Plan plan = c.plan;
+  plan.vetoed.insert(plan.vetoed.end(), c.vetoed.begin(), c.vetoed.end());
+  policy.adoptWhenLearned(plan);
+}
+}  // namespace
+
+OraclePlannedPolicy::OraclePlannedPolicy(const PolicyConfig& config, OracleSearch found)
+    : DeltaPolicy(config, found.candidates[found.best].configured), OracleChoice(std::move(found)) {
+  adoptCandidate(*this, chosen());
+}
+
+std::unique_ptr<Policy> makeOracle(const PolicyConfig& config, const Workload& workload, const SimOptions& options) {
+  OracleSearch found = searchOracle(config, workload, options);
+  if (found.candidates[found.best].planned) return std::make_unique<OraclePlannedPolicy>(config, std::move(found));
+  return std::make_unique<OraclePolicy>(config, workload, std::move(found));
+}
+
+OracleSearch searchOracle(const PolicyConfig& config, const Workload& workload, const SimOptions& options) {
   // A candidate whose run (warm-up included) takes over this many times the best complete run
   // so far cannot win: it is cut short, which bounds the search's time.
   constexpr std::int64_t kGiveUpFactor = 2;
@@ -344,7 +369,7 @@ OraclePolicy::Search OraclePolicy::search(const PolicyConfig& config, const Work
   constexpr std::size_t kVetoMoves = 8;
   // The gate's line search: at most this many steps each way.
   constexpr int kGateSteps = 3;
-  Search s;
+  OracleSearch s;
   auto better = [](const SimResult& a, const SimResult& b) {
     return !a.gave_up && (b.gave_up || a.over_budget_ops < b.over_budget_ops ||
                           (a.over_budget_ops == b.over_budget_ops && a.total_ns < b.total_ns));
@@ -364,7 +389,13 @@ OraclePolicy::Search OraclePolicy::search(const PolicyConfig& config, const Work
     Simulator sim(workload, o);
     const SimResult r = sim.run(candidate);
     std::vector<std::int64_t> next = r.gave_up ? std::vector<std::int64_t>{} : candidate.runOffsets();
-    s.candidates.push_back({rule, r, retimed, std::move(offsets), std::move(vetoed)});
+    OracleCandidate c;
+    c.rule = rule;
+    c.result = r;
+    c.retimed = retimed;
+    c.offsets_ns = std::move(offsets);
+    c.vetoed = std::move(vetoed);
+    s.candidates.push_back(std::move(c));
     last_prices = candidate.evictionPrices();
     if (s.candidates.size() == 1 || better(r, s.candidates[s.best].result)) {
       s.best = s.candidates.size() - 1;
@@ -395,7 +426,7 @@ OraclePolicy::Search OraclePolicy::search(const PolicyConfig& config, const Work
   if (s.candidates[s.best].rule.ahead_gate > 0) {
     for (double factor : {2.0, 0.5, 1.4142135623730951, 0.7071067811865476}) {
       for (int step = 0; step < kGateSteps; ++step) {
-        const Candidate base = s.candidates[s.best];
+        const OracleCandidate base = s.candidates[s.best];
         OracleRule rule = base.rule;
         rule.ahead_gate *= factor;
         const std::size_t before = s.best;
@@ -427,7 +458,7 @@ OraclePolicy::Search OraclePolicy::search(const PolicyConfig& config, const Work
       }
       if (pick == kNoBuffer) break;
       tried.push_back(pick);
-      const Candidate base = s.candidates[chain];
+      const OracleCandidate base = s.candidates[chain];
       std::vector<BufferId> vetoed = base.vetoed;
       vetoed.push_back(pick);
       replay(base.rule, base.retimed, base.offsets_ns, std::move(vetoed));
@@ -446,10 +477,75 @@ OraclePolicy::Search OraclePolicy::search(const PolicyConfig& config, const Work
     if (other == s.candidates.size() || better(s.candidates[i].result, s.candidates[other].result)) other = i;
   }
   if (other < s.candidates.size() && !s.candidates[other].result.gave_up) {
-    const Candidate base = s.candidates[other];
+    const OracleCandidate base = s.candidates[other];
     replay(base.rule, base.retimed, base.offsets_ns, base.vetoed);  // for its prices
     prices = last_prices;
     if (!s.candidates.back().result.gave_up) search_from(s.candidates.size() - 1);
+  }
+  // The planners' starts. Delta learns the iteration that the replay repeats exactly, and its
+  // planner replays its candidates on it, checks them as the run will go, then vetoes the
+  // buffers the check waited for longest: a mode learned and replayed whole, which no rule is.
+  // The oracle runs delta and its two variants as the replay will, then goes on from the
+  // fastest where its search stopped: the buffers the run waited for longest (over the measured
+  // iterations, not the planner's two) vetoed in turn on top of the plan's, each kept if the
+  // run is faster.
+  //
+  // Replays `configured`'s planner start with `vetoed` added to `base` (none: the policy as it
+  // runs); returns what the run waited for each buffer (empty when it was cut short).
+  auto replay_planned = [&](DirectorMode configured, const Plan& base, std::vector<BufferId> vetoed) {
+    SimOptions o = options;
+    const SimResult& best = s.candidates[s.best].result;
+    if (best.over_budget_ops == 0 && !best.gave_up) o.give_up_after_ns = kGiveUpFactor * best.run_ns;
+    OracleCandidate c;
+    c.planned = true;
+    c.configured = configured;
+    c.plan = base;
+    c.vetoed = std::move(vetoed);
+    DeltaPolicy policy(config, configured);
+    adoptCandidate(policy, c);
+    Simulator sim(workload, o);
+    sim.recordWaitsByBuffer();
+    c.result = sim.run(policy);
+    if (c.vetoed.empty()) c.plan = policy.plan();
+    s.candidates.push_back(std::move(c));
+    if (better(s.candidates.back().result, s.candidates[s.best].result)) s.best = s.candidates.size() - 1;
+    return s.candidates.back().result.gave_up ? std::vector<std::int64_t>{} : sim.waitedByBuffer();
+  };
+  constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+  std::size_t chain = kNone;  // the fastest start's candidate, then the search's best
+  std::vector<std::int64_t> chain_waits;
+  for (DirectorMode mode : {DirectorMode::kMixed, DirectorMode::kSwapOnly, DirectorMode::kRecomputeOnly}) {
+    std::vector<std::int64_t> waits = replay_planned(mode, {}, {});
+    const OracleCandidate& c = s.candidates.back();
+    if (waits.empty() || !c.plan.planned) continue;
+    if (chain == kNone || better(c.result, s.candidates[chain].result)) {
+      chain = s.candidates.size() - 1;
+      chain_waits = std::move(waits);
+    }
+  }
+  if (chain != kNone) {
+    std::vector<std::uint8_t> tried(workload.buffers.size(), 0);
+    for (BufferId id : s.candidates[chain].plan.vetoed) {
+      if (id < tried.size()) tried[id] = 1;  // the plan's own
+    }
+    for (std::size_t move = 0; move < kVetoMoves; ++move) {
+      BufferId pick = kNoBuffer;
+      for (BufferId id = 0; id < chain_waits.size() && id < tried.size(); ++id) {
+        if (tried[id] == 0 && chain_waits[id] > 0 && (pick == kNoBuffer || chain_waits[id] > chain_waits[pick])) {
+          pick = id;
+        }
+      }
+      if (pick == kNoBuffer) break;
+      tried[pick] = 1;
+      const OracleCandidate base = s.candidates[chain];
+      std::vector<BufferId> vetoed = base.vetoed;
+      vetoed.push_back(pick);
+      std::vector<std::int64_t> waits = replay_planned(base.configured, base.plan, std::move(vetoed));
+      if (better(s.candidates.back().result, s.candidates[chain].result)) {
+        chain = s.candidates.size() - 1;
+        chain_waits = std::move(waits);
+      }
+    }
   }
   return s;
 }

@@ -9,19 +9,26 @@
 // workload and link, so `oracle` replays a fixed set of rules through the simulator before the
 // run, improves on the best ones (retimed by their own runs, the gate's share searched, the
 // dearest evictions vetoed) and keeps the candidate with the fewest ops over budget, then the
-// shortest time. Every candidate is future-aware and computed here; none is another policy's
-// output (docs/policy.md, *The oracle*).
+// shortest time. Three more starts are delta's planner on the same workload: the runs of delta,
+// swap-only and recompute-only, which learn the iteration the replay repeats exactly and replay
+// their candidates on it; the best is vetoed further by the waits its run measured
+// (OraclePlannedPolicy). Without them the rules were no bound: once delta's planner searched
+// vetoes of its own, delta beat them on 225 and 212 of the regret benchmark's 600 rows, and
+// recompute-only on 13 and 27 (docs/policy.md, *The oracle*).
 // It is a heuristic upper bound on the best plan, checked against an exact lower bound on small
 // workloads (tests/policy/oracle_test.cpp, tools/exact_bound.h).
 //
-// Offline: the constructor replays the workload (milliseconds to seconds); the calls after it
-// follow the hot-path contract of policy.h.
+// Offline: makeOracle replays the workload (milliseconds to seconds); the calls after it follow
+// the hot-path contract of policy.h.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "policy/delta_policy.h"
+#include "policy/planner.h"
 #include "policy/policy.h"
 #include "policy/prefetcher.h"
 #include "policy/simulator.h"
@@ -125,41 +132,80 @@ class OracleRulePolicy : public Policy {
   mutable double rated_price_ = 0;      // the last candidate rated (chosen ones are rated last)
 };
 
+// One candidate of the oracle's search and its replay (a candidate cut short has gave_up set).
+struct OracleCandidate {
+  OracleRule rule;
+  SimResult result;
+  int retimed = 0;  // rounds of retiming behind it (0: timed by compute alone)
+  std::vector<std::int64_t> offsets_ns;  // the timing it ran with (empty: compute alone)
+  std::vector<BufferId> vetoed;          // evicted last (the local search's moves kept)
+  // A planner's start instead of a rule: the run of delta (or of its variant `configured`), its
+  // plan as that run made it (`plan`), with `vetoed` added to the plan's own vetoes (adopted
+  // once learned; none: the policy as it runs).
+  bool planned = false;
+  DirectorMode configured = DirectorMode::kMixed;
+  Plan plan;
+  // The rule's, "/retimed-N", "/vetoed-N"; a planner's start: the policy's name, ":", the plan's
+  // (Plan::name), "/+vetoed-N" for the vetoes added.
+  std::string name() const;
+};
+
+// What the oracle's search found, and the candidate kept (the fewest ops over budget, then the
+// shortest time; ties: the first).
+struct OracleSearch {
+  std::size_t best = 0;
+  std::vector<OracleCandidate> candidates;
+};
+
 // `oracle`: replays every rule of oracleRules() on `workload` under `options`, then improves on
 // the best: (1) retiming: the best few rules are replayed again with the future timed as their
 // own run went, three rounds (the waits a plan causes stretch the time to every next use, and a
 // plan priced on compute alone restores too early and evicts too much: synthetic attention at
 // 30 %, 833 % -> 340 %); (2) when the best run is gated, a line search on the gate's share;
 // (3) local search: the dearest evictions of the best run so far are vetoed one at a time
-// (evicted only when nothing else is left), each kept if the run is faster.
-// It runs as the best candidate (the outer replay with the same options reproduces its run
-// exactly). Every candidate is computed here from the workload; none is another policy's plan.
-class OraclePolicy : public OracleRulePolicy {
- public:
-  struct Candidate {
-    OracleRule rule;
-    SimResult result;
-    int retimed = 0;  // rounds of retiming behind it (0: timed by compute alone)
-    std::vector<std::int64_t> offsets_ns;  // the timing it ran with (empty: compute alone)
-    std::vector<BufferId> vetoed;          // evicted last (the local search's moves kept)
-    std::string name() const;  // the rule's, "/retimed-N", "/vetoed-N"
-  };
-  OraclePolicy(const PolicyConfig& config, const Workload& workload, const SimOptions& options);
+// (evicted only when nothing else is left), each kept if the run is faster. Then the planners'
+// starts: the runs of delta, swap-only and recompute-only, and from the fastest of them the
+// buffers its run waited for longest vetoed in turn on top of its plan's, each kept if the run
+// is faster.
+OracleSearch searchOracle(const PolicyConfig& config, const Workload& workload, const SimOptions& options);
 
-  // The candidate chosen, and every candidate's replay (a candidate cut short has gave_up set).
-  const std::vector<Candidate>& candidates() const { return candidates_; }
-  std::string planName() const { return plan_name_; }
+// The policy that runs the best candidate of searchOracle (the outer replay with the same
+// options reproduces its run exactly): an OraclePolicy or an OraclePlannedPolicy.
+std::unique_ptr<Policy> makeOracle(const PolicyConfig& config, const Workload& workload, const SimOptions& options);
+
+// What either kind of oracle reports of its search.
+class OracleChoice {
+ public:
+  using Candidate = OracleCandidate;
+  // Every candidate's replay, the chosen one among them.
+  const std::vector<OracleCandidate>& candidates() const { return candidates_; }
+  const OracleCandidate& chosen() const { return candidates_[best_]; }
+  std::string planName() const { return chosen().name(); }
+
+ protected:
+  explicit OracleChoice(OracleSearch found) : candidates_(std::move(found.candidates)), best_(found.best) {}
+  ~OracleChoice() = default;
 
  private:
-  struct Search {
-    std::size_t best = 0;
-    std::vector<Candidate> candidates;
-  };
-  static Search search(const PolicyConfig& config, const Workload& workload, const SimOptions& options);
-  OraclePolicy(const PolicyConfig& config, const Workload& workload, Search found);
+  std::vector<OracleCandidate> candidates_;
+  std::size_t best_;
+};
 
-  std::vector<Candidate> candidates_;
-  std::string plan_name_;
+// The oracle when a rule's candidate is best.
+class OraclePolicy : public OracleRulePolicy, public OracleChoice {
+ public:
+  // `found.candidates[found.best]` must be a rule's (not planned).
+  OraclePolicy(const PolicyConfig& config, const Workload& workload, OracleSearch found);
+  std::string_view name() const override { return "oracle"; }
+};
+
+// The oracle when a planner's start is best: delta (or its variant), adopting the plan found
+// (its own and the oracle's vetoes) once it has learned the iteration, as it adopts its
+// planner's.
+class OraclePlannedPolicy : public DeltaPolicy, public OracleChoice {
+ public:
+  OraclePlannedPolicy(const PolicyConfig& config, OracleSearch found);
+  std::string_view name() const override { return "oracle"; }
 };
 
 }  // namespace delta::policy

@@ -46,7 +46,7 @@ PolicyResult makePolicy(std::string_view name, const PolicyConfig& config, const
     if (replay == nullptr || replay->workload == nullptr) {
       r.error = "policy 'oracle' needs the future and is available only in replay (delta-trace)";
     } else {
-      r.policy = std::make_unique<OraclePolicy>(config, *replay->workload, replay->options);
+      r.policy = makeOracle(config, *replay->workload, replay->options);
     }
   } else {
     r.error = "unknown policy '" + std::string(name) + "' (accepted:";

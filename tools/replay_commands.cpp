@@ -143,10 +143,10 @@ std::string checkPolicy(const std::string& name) {
 // What delta (or a variant) planned (Plan::name), "" for other policies or when it did not
 // plan. `detailed` adds the predicted iteration time of every candidate replayed.
 std::string planText(const policy::Policy& policy, bool detailed) {
-  if (const auto* oracle = dynamic_cast<const policy::OraclePolicy*>(&policy)) {
+  if (const auto* oracle = dynamic_cast<const policy::OracleChoice*>(&policy)) {
     if (!detailed) return oracle->planName();
     std::string all;
-    for (const policy::OraclePolicy::Candidate& c : oracle->candidates()) {
+    for (const policy::OracleCandidate& c : oracle->candidates()) {
       if (!all.empty()) all += ", ";
       all += c.name() + " " +
              (c.result.gave_up ? std::string("cut")

@@ -89,11 +89,11 @@ TEST(Oracle, ReplaysItsBestCandidate) {
   const UseSchedule future = w.schedule();
   const ReplayContext context{&w, o};
   PolicyResult p = makePolicy("oracle", policyConfigFor(w, o), &future, &context);
-  const auto& oracle = dynamic_cast<const OraclePolicy&>(*p.policy);
+  const auto& oracle = dynamic_cast<const OracleChoice&>(*p.policy);
   Simulator sim(w, o);
   const SimResult r = sim.run(*p.policy);
   std::int64_t best = -1;
-  for (const OraclePolicy::Candidate& c : oracle.candidates()) {
+  for (const OracleCandidate& c : oracle.candidates()) {
     if (c.result.gave_up || c.result.over_budget_ops > 0) continue;
     if (best < 0 || c.result.total_ns < best) best = c.result.total_ns;
   }
@@ -301,10 +301,10 @@ TEST(Oracle, ReplaysItsBestCandidateEverywhere) {
           const UseSchedule future = w.schedule();
           const ReplayContext context{&w, o};
           PolicyResult p = makePolicy("oracle", policyConfigFor(w, o), &future, &context);
-          const auto& oracle = dynamic_cast<const OraclePolicy&>(*p.policy);
+          const auto& oracle = dynamic_cast<const OracleChoice&>(*p.policy);
           const SimResult r = Simulator(w, o).run(*p.policy);
           std::int64_t best = -1;
-          for (const OraclePolicy::Candidate& c : oracle.candidates()) {
+          for (const OracleCandidate& c : oracle.candidates()) {
             if (c.result.gave_up || c.result.over_budget_ops > 0) continue;
             if (best < 0 || c.result.total_ns < best) best = c.result.total_ns;
           }
@@ -318,6 +318,60 @@ TEST(Oracle, ReplaysItsBestCandidateEverywhere) {
     }
   }
   std::printf("the oracle kept a retimed or vetoed candidate on %d of 32 cases\n", refined);
+}
+
+// The planners' starts: each is the run of its policy (delta, swap-only, recompute-only) as the
+// replay has it, exactly, unless cut short as slower than twice the best; so the oracle is never
+// slower than any of them that keeps the budget. Over seeds, shapes, budgets and links, with the
+// iterations a sweep runs.
+TEST(Oracle, ItsPlannersStartsAreThePoliciesRunsAndBoundThem) {
+  int planned_chosen = 0, vetoed_further = 0, cases = 0;
+  for (std::uint32_t seed = 1; seed <= 4; ++seed) {
+    for (int shape = 0; shape < 2; ++shape) {
+      std::mt19937 rng(seed * 104729u + static_cast<std::uint32_t>(shape));
+      const Workload w = shape == 0 ? randomTraining(rng, 4 + static_cast<int>(seed % 3)) : randomGraph(rng, 18);
+      for (double share : {0.4, 0.6}) {
+        for (double gbps : {12.0, 50.0}) {
+          SCOPED_TRACE("seed " + std::to_string(seed) + " shape " + std::to_string(shape) + " " +
+                       std::to_string(share) + " " + std::to_string(gbps));
+          SimOptions o;
+          o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+          o.h2d_gbps = o.d2h_gbps = gbps;
+          const UseSchedule future = w.schedule();
+          const ReplayContext context{&w, o};
+          PolicyResult p = makePolicy("oracle", policyConfigFor(w, o), &future, &context);
+          const auto& oracle = dynamic_cast<const OracleChoice&>(*p.policy);
+          const SimResult best = Simulator(w, o).run(*p.policy);
+          ++cases;
+          planned_chosen += oracle.chosen().planned;
+          vetoed_further += oracle.chosen().planned && !oracle.chosen().vetoed.empty();
+          const std::pair<std::string_view, DirectorMode> variants[] = {
+              {"delta", DirectorMode::kMixed}, {"swap-only", DirectorMode::kSwapOnly},
+              {"recompute-only", DirectorMode::kRecomputeOnly}};
+          for (const auto& [name, mode] : variants) {
+            const SimResult r = replay(w, name, o);
+            const OracleCandidate* start = nullptr;
+            for (const OracleCandidate& c : oracle.candidates()) {
+              if (c.planned && c.configured == mode && c.vetoed.empty()) start = &c;
+            }
+            ASSERT_NE(start, nullptr) << name;
+            if (start->result.gave_up) {
+              EXPECT_GT(r.run_ns, best.run_ns) << name;
+            } else {
+              EXPECT_EQ(start->result.total_ns, r.total_ns) << name;
+              EXPECT_EQ(start->result.over_budget_ops, r.over_budget_ops) << name;
+            }
+            if (r.over_budget_ops == 0) {
+              EXPECT_EQ(best.over_budget_ops, 0u) << name;
+              EXPECT_LE(best.total_ns, r.total_ns) << name;
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("a planner's start chosen on %d of %d cases, vetoed further on %d\n", planned_chosen, cases,
+              vetoed_further);
 }
 
 // The oracle against every other policy and, with CBC, against the exact bound; returns the
