@@ -401,9 +401,11 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
     //
     // The same from the fastest checked candidate of another mode, and the faster of the two
     // searches' ends is chosen: which candidate vetoes help most is not which ran fastest
-    // without them. From the chosen one alone, swap-only's own planner (one mode) beat delta's on
-    // 25 of 216 rows of the regret sample at 50 GB/s (tree-rnn-5 at 70 %: mixed/far/optimistic
-    // 3.9 % with four vetoes, swap-only/far 0.0 % with eight; docs/policy.md).
+    // without them. From the chosen one alone, `swap-only` or `recompute-only` (one mode each,
+    // and its veto search on it) beat delta on 25 of 216 rows of the regret sample at 50 GB/s
+    // (tree-rnn-5 at 70 %: delta mixed/far/optimistic 3.9 % with four vetoes, swap-only/far
+    // 0.0 % with eight; docs/policy.md). The second search ends after kVetoMisses moves rejected
+    // in a row; the first runs all its moves.
     struct Searched {
       std::int64_t fastest_ns = -1;  // the run with the vetoes kept (its two ranked iterations)
       std::vector<BufferId> vetoed_sources;

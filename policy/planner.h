@@ -43,8 +43,8 @@
 // resident while anything else can make room (Policy::setVetoed). The veto stays if the run
 // adopting the plan with it is faster, and the next dearest buffer of the fastest run so far is
 // tried, kVetoMoves in all. The same search runs from the fastest checked candidate of another
-// mode, and the faster end is chosen: which candidate vetoes help most is not always the one
-// fastest without them. The plan carries the vetoes as ids of the learned iteration
+// mode (ending after kVetoMisses moves rejected in a row), and the faster end is chosen: which
+// candidate vetoes help most is not always the one fastest without them. The plan carries the vetoes as ids of the learned iteration
 // (Plan::vetoed); the run drops them if it runs clearly slower with them than the candidate is
 // predicted to without (DeltaPolicy::checkPlan).
 //
@@ -54,7 +54,8 @@
 // short: Planner::kGiveUpFactor), then a check of each that kept the budget (none for a candidate
 // that adopts nothing; each cut short once slower than the fastest checked), then up to
 // kVetoMoves more checks from each of the veto search's two starts (one for a forced variant:
-// it has one mode), each O(buffers) to rank and name its vetoes. The learning iteration is run
+// it has one mode; one more check where the second start's was cut short), each O(buffers) to
+// rank and name its vetoes. The learning iteration is run
 // once per mode it is learned in (the configured one and each fresh start's: three at most) and
 // shared: every replay runs on from a copy of it (the simulator's and the policy's state,
 // O(buffers + uses); Simulator::runFirst), so each simulates two of its own. It allocates, so it
@@ -201,7 +202,10 @@ class Planner {
   // Moves of the veto search (choose): each vetoes the buffer whose evictions the best run so far
   // waited for longest, and is kept if the run adopting the plan with it is faster.
   static constexpr int kVetoMoves = 8;
-  // A search ends sooner after this many moves rejected in a row.
+  // The search from another mode's candidate (choose) ends after this many moves rejected in a
+  // row: it is the speculative one, and bounds the planner's time. The chosen candidate's runs
+  // all kVetoMoves: ended so too, it lost 28 of the 35 points of summed overhead that the second
+  // search gained on the regret sample at 50 GB/s (docs/policy.md).
   static constexpr int kVetoMisses = 3;
   static_assert(static_cast<std::size_t>(kVetoMoves) <= Policy::kVetoesReserved, "a plan's vetoes are adopted without allocating");
 };
