@@ -15,6 +15,7 @@
 #include "policy/delta_policy.h"
 #include "policy/dtr_log_reader.h"
 #include "policy/json_line.h"
+#include "policy/oracle_policy.h"
 #include "policy/policy_factory.h"
 #include "policy/simulator.h"
 #include "tools/synth_workloads.h"
@@ -329,6 +330,95 @@ TEST(SynthPlanning, TheVetoesKeptRunAsCheckedAndFasterThanWithout) {
   }
   EXPECT_GT(planned, 15);
   EXPECT_GT(vetoed, planned / 4);  // as run: 18 of 24
+}
+
+// The veto search also runs from the fastest checked candidate of another mode, and the faster
+// end is chosen (planner.cpp): on these tree-shaped recurrences at 50 GB/s a candidate slower
+// without vetoes is the fastest with them on some rows. Whichever is chosen, it is faster as
+// adopted than every candidate checked, and the run goes as its last kept check went.
+TEST(SynthPlanning, TheVetoSearchFromAnotherModeIsChosenWhereItEndsFaster) {
+  using policy::Plan;
+  using policy::Prefetcher;
+  int planned = 0, other_mode = 0;
+  for (std::uint64_t seed : {5, 9, 11, 12}) {
+    const Workload w = read(make("tree-rnn", seed, 0.25), "tree-rnn");
+    for (double share : {0.5, 0.7}) {
+      policy::SimOptions o;
+      o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+      o.h2d_gbps = o.d2h_gbps = 50.0;
+      policy::DeltaPolicy delta(policy::policyConfigFor(w, o), policy::DirectorMode::kMixed);
+      const policy::SimResult r = policy::Simulator(w, o).run(delta);
+      const Plan& p = delta.plan();
+      if (!p.planned) continue;
+      ++planned;
+      const std::string where =
+          "tree-rnn seed " + std::to_string(seed) + " at " + std::to_string(share) + ": " + p.name();
+      const int cs = static_cast<int>(p.start), cm = static_cast<int>(p.mode), cw = static_cast<int>(p.window);
+      const std::int64_t adopted = p.vetoed.empty() ? p.ranked_ns[cs][cm][cw] : p.vetoed_ranked_ns;
+      bool slower_without = false;
+      for (int s = 0; s < 2; ++s) {
+        for (int m = 0; m < 3; ++m) {
+          for (int win = 0; win < Prefetcher::kWindows; ++win) {
+            if (!p.checked[s][m][win] || p.over_budget_ops[s][m][win] != p.over_budget_ops[cs][cm][cw]) continue;
+            EXPECT_GE(p.ranked_ns[s][m][win], adopted) << where;
+            slower_without |= m != cm && p.ranked_ns[s][m][win] < p.ranked_ns[cs][cm][cw];
+          }
+        }
+      }
+      other_mode += slower_without;
+      EXPECT_NEAR(static_cast<double>(r.total_ns), static_cast<double>(adopted), 5e-3 * static_cast<double>(r.total_ns))
+          << where;
+    }
+  }
+  EXPECT_GT(planned, 4);
+  EXPECT_GT(other_mode, 0);
+  std::printf("chosen with vetoes over a candidate of another mode faster without them: %d of %d rows\n",
+              other_mode, planned);
+}
+
+// The oracle's planners' starts (oracle_policy.h): the runs of delta, swap-only and
+// recompute-only, then vetoes added to the fastest one's plan. The outer replay runs the
+// candidate kept exactly, no slower than any of the three; on these rows some vetoes added hold.
+TEST(SynthOracle, ItsPlannersStartVetoedFurtherRunsAsSearched) {
+  int planned_chosen = 0, vetoed_further = 0;
+  for (std::uint64_t seed : {9, 11}) {
+    const Workload w = read(make("tree-rnn", seed, 0.25), "tree-rnn");
+    policy::SimOptions o;
+    o.budget_bytes = w.peakBytes() / 2;
+    o.h2d_gbps = o.d2h_gbps = 50.0;
+    const std::string where = "tree-rnn seed " + std::to_string(seed);
+    const policy::UseSchedule future = w.schedule();
+    const policy::ReplayContext context{&w, o};
+    auto run = [&](std::string_view name) {
+      policy::PolicyResult p = policy::makePolicy(name, policy::policyConfigFor(w, o), &future, &context);
+      EXPECT_EQ(p.error, "") << name;
+      return std::pair{policy::Simulator(w, o).run(*p.policy), std::move(p.policy)};
+    };
+    const auto [best, oracle_policy] = run("oracle");
+    const auto& oracle = dynamic_cast<const policy::OracleChoice&>(*oracle_policy);
+    EXPECT_EQ(best.total_ns, oracle.chosen().result.total_ns) << where << ": " << oracle.planName();
+    EXPECT_EQ(best.over_budget_ops, oracle.chosen().result.over_budget_ops) << where;
+    for (const char* name : {"delta", "swap-only", "recompute-only"}) {
+      const policy::SimResult r = run(name).first;
+      if (r.over_budget_ops == 0) {
+        EXPECT_LE(best.total_ns, r.total_ns) << where << ": " << name;
+      }
+    }
+    planned_chosen += oracle.chosen().planned;
+    if (oracle.chosen().planned && !oracle.chosen().vetoed.empty()) {
+      ++vetoed_further;
+      EXPECT_NE(oracle.planName().find("/+vetoed-"), std::string::npos) << where;
+      // Faster than the same start with none of the vetoes added.
+      for (const policy::OracleCandidate& c : oracle.candidates()) {
+        if (c.planned && c.configured == oracle.chosen().configured && c.vetoed.empty()) {
+          EXPECT_LT(best.total_ns, c.result.total_ns) << where;
+        }
+      }
+    }
+  }
+  EXPECT_GT(vetoed_further, 0);  // as run: on both rows
+  std::printf("the oracle kept a planner's start on %d of 2 rows, vetoed further on %d\n", planned_chosen,
+              vetoed_further);
 }
 
 TEST(SynthFamilies, ListAndErrors) {
