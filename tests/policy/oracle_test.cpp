@@ -321,9 +321,10 @@ TEST(Oracle, ReplaysItsBestCandidateEverywhere) {
 }
 
 // The planners' starts: each is the run of its policy (delta, swap-only, recompute-only) as the
-// replay has it, exactly, unless cut short as slower than twice the best; so the oracle is never
-// slower than any of them that keeps the budget. Over seeds, shapes, budgets and links, with the
-// iterations a sweep runs.
+// replay has it, exactly (never cut short: a planner's learning iteration can be far slower than
+// the rules' runs while its measured ones are faster); so the oracle is never slower than any of
+// them that keeps the budget. Over seeds, shapes, budgets and links, with the iterations a sweep
+// runs.
 TEST(Oracle, ItsPlannersStartsAreThePoliciesRunsAndBoundThem) {
   int planned_chosen = 0, vetoed_further = 0, cases = 0;
   for (std::uint32_t seed = 1; seed <= 4; ++seed) {
@@ -355,12 +356,10 @@ TEST(Oracle, ItsPlannersStartsAreThePoliciesRunsAndBoundThem) {
               if (c.planned && c.configured == mode && c.vetoed.empty()) start = &c;
             }
             ASSERT_NE(start, nullptr) << name;
-            if (start->result.gave_up) {
-              EXPECT_GT(r.run_ns, best.run_ns) << name;
-            } else {
-              EXPECT_EQ(start->result.total_ns, r.total_ns) << name;
-              EXPECT_EQ(start->result.over_budget_ops, r.over_budget_ops) << name;
-            }
+            EXPECT_FALSE(start->result.gave_up) << name;
+            EXPECT_EQ(start->result.total_ns, r.total_ns) << name;
+            EXPECT_EQ(start->result.run_ns, r.run_ns) << name;
+            EXPECT_EQ(start->result.over_budget_ops, r.over_budget_ops) << name;
             if (r.over_budget_ops == 0) {
               EXPECT_EQ(best.over_budget_ops, 0u) << name;
               EXPECT_LE(best.total_ns, r.total_ns) << name;
