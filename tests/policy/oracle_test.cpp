@@ -67,6 +67,28 @@ SimResult replay(const Workload& w, std::string_view name, const SimOptions& o) 
   return sim.run(*p.policy);
 }
 
+// The options of a sweep at `share` of the peak and `gbps` each way.
+SimOptions optionsAt(const Workload& w, double share, double gbps) {
+  SimOptions o;
+  o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+  o.h2d_gbps = o.d2h_gbps = gbps;
+  return o;
+}
+
+// The oracle as delta-trace builds it (makePolicy), its search and its outer replay.
+struct OracleRun {
+  PolicyResult made;
+  SimResult result;
+  const OracleChoice& choice() const { return dynamic_cast<const OracleChoice&>(*made.policy); }
+};
+OracleRun runOracle(const Workload& w, const SimOptions& o) {
+  const UseSchedule future = w.schedule();
+  const ReplayContext context{&w, o};
+  OracleRun run{makePolicy("oracle", policyConfigFor(w, o), &future, &context), {}};
+  run.result = Simulator(w, o).run(*run.made.policy);
+  return run;
+}
+
 TEST(OracleFactory, OnlyInReplay) {
   const PolicyResult online = makePolicy("oracle", PolicyConfig{});
   EXPECT_EQ(online.policy, nullptr);
@@ -86,14 +108,10 @@ TEST(Oracle, ReplaysItsBestCandidate) {
   Workload w = testing::trainingWorkload(6, 8 * kMiB, 1000000);
   SimOptions o;
   o.budget_bytes = w.peakBytes() / 2;
-  const UseSchedule future = w.schedule();
-  const ReplayContext context{&w, o};
-  PolicyResult p = makePolicy("oracle", policyConfigFor(w, o), &future, &context);
-  const auto& oracle = dynamic_cast<const OracleChoice&>(*p.policy);
-  Simulator sim(w, o);
-  const SimResult r = sim.run(*p.policy);
+  const OracleRun run = runOracle(w, o);
+  const SimResult& r = run.result;
   std::int64_t best = -1;
-  for (const OracleCandidate& c : oracle.candidates()) {
+  for (const OracleCandidate& c : run.choice().candidates()) {
     if (c.result.gave_up || c.result.over_budget_ops > 0) continue;
     if (best < 0 || c.result.total_ns < best) best = c.result.total_ns;
   }
@@ -295,14 +313,9 @@ TEST(Oracle, ReplaysItsBestCandidateEverywhere) {
       for (double share : {0.5, 0.7}) {
         for (double gbps : {12.0, 50.0}) {
           SCOPED_TRACE("seed " + std::to_string(seed) + " shape " + std::to_string(shape));
-          SimOptions o;
-          o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
-          o.h2d_gbps = o.d2h_gbps = gbps;
-          const UseSchedule future = w.schedule();
-          const ReplayContext context{&w, o};
-          PolicyResult p = makePolicy("oracle", policyConfigFor(w, o), &future, &context);
-          const auto& oracle = dynamic_cast<const OracleChoice&>(*p.policy);
-          const SimResult r = Simulator(w, o).run(*p.policy);
+          const OracleRun run = runOracle(w, optionsAt(w, share, gbps));
+          const OracleChoice& oracle = run.choice();
+          const SimResult& r = run.result;
           std::int64_t best = -1;
           for (const OracleCandidate& c : oracle.candidates()) {
             if (c.result.gave_up || c.result.over_budget_ops > 0) continue;
@@ -335,14 +348,10 @@ TEST(Oracle, ItsPlannersStartsAreThePoliciesRunsAndBoundThem) {
         for (double gbps : {12.0, 50.0}) {
           SCOPED_TRACE("seed " + std::to_string(seed) + " shape " + std::to_string(shape) + " " +
                        std::to_string(share) + " " + std::to_string(gbps));
-          SimOptions o;
-          o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
-          o.h2d_gbps = o.d2h_gbps = gbps;
-          const UseSchedule future = w.schedule();
-          const ReplayContext context{&w, o};
-          PolicyResult p = makePolicy("oracle", policyConfigFor(w, o), &future, &context);
-          const auto& oracle = dynamic_cast<const OracleChoice&>(*p.policy);
-          const SimResult best = Simulator(w, o).run(*p.policy);
+          const SimOptions o = optionsAt(w, share, gbps);
+          const OracleRun run = runOracle(w, o);
+          const OracleChoice& oracle = run.choice();
+          const SimResult& best = run.result;
           ++cases;
           planned_chosen += oracle.chosen().planned;
           vetoed_further += oracle.chosen().planned && !oracle.chosen().vetoed.empty();
