@@ -121,6 +121,8 @@ class Policy {
   // launch path: the name is built on each call.
   virtual std::string runningPlan() const { return {}; }
   virtual std::uint32_t planSwitches() const { return 0; }
+  // Buffers vetoed now (setVetoed): for reports and tests.
+  std::size_t vetoedCount() const { return vetoed_ids_.size(); }
   // Vetoes a planning policy adopts without allocating (setVetoed).
   static constexpr std::size_t kVetoesReserved = 64;
 

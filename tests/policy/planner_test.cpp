@@ -700,6 +700,15 @@ class Misplanned : public DeltaPolicy {
  public:
   using DeltaPolicy::DeltaPolicy;
   void deliverPlan(Plan&& plan) override {
+    misplan(plan);
+    DeltaPolicy::deliverPlan(std::move(plan));
+  }
+  std::pair<DirectorMode, Prefetcher::Window> slowest{};
+  std::int64_t slowest_ns = -1;
+  std::int64_t fastest_ns = -1;
+
+ protected:
+  void misplan(Plan& plan) {
     const int start = static_cast<int>(PlanStart::kSwitched);
     for (int m = 0; m < 3; ++m) {
       for (int wi = 0; wi < Prefetcher::kWindows; ++wi) {
@@ -721,11 +730,7 @@ class Misplanned : public DeltaPolicy {
       plan.learned_waits_ns.clear();
       plan.vetoed.clear();  // searched for the candidate chosen
     }
-    DeltaPolicy::deliverPlan(std::move(plan));
   }
-  std::pair<DirectorMode, Prefetcher::Window> slowest{};
-  std::int64_t slowest_ns = -1;
-  std::int64_t fastest_ns = -1;
 };
 
 TEST(DeltaPlanning, TheCandidateChosenWasReplayedAsTheRunAdoptingItGoes) {
@@ -887,6 +892,125 @@ TEST(DeltaPlanning, VetoesThatMakeTheRunSlowerThanPredictedWithoutThemAreDropped
     EXPECT_LT(static_cast<double>(bad.total_ns), 1.1 * static_cast<double>(good.total_ns)) << row;
   });
   EXPECT_GE(dropped, 4);
+}
+
+// Misplanned, with vetoes that say the candidate named runs as fast with them as the fastest
+// (the first half of the activations, as OnlyTheChosen's bad ones), and what each iteration
+// boundary found: the candidate running, whether it is the one named, how many buffers vetoed.
+class MisplannedWithVetoes : public Misplanned {
+ public:
+  MisplannedWithVetoes(const PolicyConfig& config, int layers)
+      : Misplanned(config, DirectorMode::kMixed), layers_(layers) {}
+  void deliverPlan(Plan&& plan) override {
+    misplan(plan);
+    if (plan.planned && slowest_ns >= 0) {
+      for (int i = 0; i < layers_ / 2; ++i) plan.vetoed.push_back(static_cast<BufferId>(layers_ + 1 + i));
+      plan.vetoed_ns = fastest_ns;
+    }
+    DeltaPolicy::deliverPlan(std::move(plan));
+  }
+  void onIteration(std::int64_t now_ns) override {
+    DeltaPolicy::onIteration(now_ns);
+    if (!plan().planned) return;
+    const bool named = activeMode() == slowest.first && activeWindow() == slowest.second;
+    boundaries.push_back({runningPlan(), named, vetoedCount()});
+  }
+  struct Boundary {
+    std::string running;
+    bool named = false;
+    std::size_t vetoed = 0;
+  };
+  std::vector<Boundary> boundaries;
+
+ private:
+  int layers_;
+};
+
+// The planner's own choice, with vetoes (its own, or the weights and the input where it kept
+// none), and a lure: the slowest candidate predicted to wait nothing. A run that waits at all
+// leaves the choice for the lure, measures it slow, and comes back to the choice, or goes on to
+// another candidate.
+class Lured : public MisplannedWithVetoes {
+ public:
+  Lured(const PolicyConfig& config, int layers) : MisplannedWithVetoes(config, layers), layers_(layers) {}
+  void deliverPlan(Plan&& plan) override {
+    Plan probe = plan;
+    misplan(probe);  // finds the slowest candidate switched to, and names it in `slowest`
+    if (plan.planned && slowest_ns >= 0 && (slowest.first != plan.mode || slowest.second != plan.window)) {
+      plan.predicted_ns[static_cast<int>(PlanStart::kSwitched)][static_cast<int>(slowest.first)]
+                       [static_cast<int>(slowest.second)] = plan.compute_ns;
+      if (plan.vetoed.empty()) {
+        for (int i = 0; i <= layers_; ++i) plan.vetoed.push_back(static_cast<BufferId>(i));
+        plan.vetoed_ns = plan.predicted_ns[static_cast<int>(plan.start)][static_cast<int>(plan.mode)]
+                                          [static_cast<int>(plan.window)];
+      }
+      slowest = {plan.mode, plan.window};  // the candidate the vetoes were searched for
+    } else {
+      slowest_ns = -1;
+    }
+    DeltaPolicy::deliverPlan(std::move(plan));
+  }
+
+ private:
+  int layers_;
+};
+
+// Over one run: whether it left the candidate its vetoes were searched for, and whether it came
+// back to it with them. At every boundary the policy's own vetoed set must agree with the
+// candidate running and with the name it reports.
+struct VetoesOverRun {
+  bool left = false;
+  bool came_back_vetoed = false;
+};
+VetoesOverRun checkVetoesAtEachBoundary(const MisplannedWithVetoes& delta, const std::string& row) {
+  VetoesOverRun seen;
+  for (std::size_t i = 0; i < delta.boundaries.size(); ++i) {
+    const auto& b = delta.boundaries[i];
+    const std::string at = row + ", boundary " + std::to_string(i) + ": " + b.running;
+    EXPECT_EQ(b.vetoed > 0, b.running.find("/vetoed-") != std::string::npos) << at;
+    if (!b.named) {
+      EXPECT_EQ(b.vetoed, 0u) << at;
+      seen.left = true;
+    } else if (seen.left && b.vetoed > 0) {
+      seen.came_back_vetoed = true;
+    }
+  }
+  return seen;
+}
+
+TEST(DeltaPlanning, VetoesHoldOnlyWhileTheCandidateTheyWereSearchedForRuns) {
+  // The veto search keeps vetoes for the candidate chosen; a run that leaves it for another
+  // (checkPlan) leaves its vetoes too, and a run that comes back to it finds them again, unless
+  // they were dropped for good. Checked at every iteration boundary, on the policy's own set.
+  int left = 0;
+  int lured = 0;
+  int came_back = 0;
+  forEachLongRun([&](const TrainingShape& c, const Workload& w, double gbps, double share, const LongRun& run) {
+    const std::string row = std::to_string(c.layers) + " layers, " + std::to_string(gbps) + " GB/s, " +
+                            std::to_string(share);
+    // Sent to the slowest candidate with vetoes: it leaves it, and them.
+    MisplannedWithVetoes misplanned(run.config, c.layers);
+    SimResult r = Simulator(w, run.options).run(misplanned);
+    if (misplanned.slowest_ns >= 0) {
+      EXPECT_EQ(r.over_budget_ops, 0u) << row;
+      EXPECT_EQ(r.used_while_evicted, 0u) << row;
+      if (checkVetoesAtEachBoundary(misplanned, row + ", misplanned").left) ++left;
+    }
+    // Lured away from the planner's choice and back.
+    Lured lure(run.config, c.layers);
+    r = Simulator(w, run.options).run(lure);
+    if (lure.slowest_ns >= 0) {
+      EXPECT_EQ(r.over_budget_ops, 0u) << row;
+      EXPECT_EQ(r.used_while_evicted, 0u) << row;
+      const VetoesOverRun seen = checkVetoesAtEachBoundary(lure, row + ", lured");
+      if (seen.left) ++lured;
+      if (seen.came_back_vetoed) ++came_back;
+    }
+  });
+  // As run: left on 13 rows of 18, lured away on 15, back with the vetoes on 10.
+  EXPECT_GE(left, 8);
+  EXPECT_GE(lured, 8);
+  EXPECT_GE(came_back, 5);
 }
 
 // Device times come late, as in the shim (once the device has run the launches), not from the
