@@ -44,9 +44,13 @@
 // adopting the plan with it is faster, and the next dearest buffer of the fastest run so far is
 // tried, kVetoMoves in all. The same search runs from the fastest checked candidate of another
 // mode (ending after kVetoMisses moves rejected in a row), and the faster end is chosen: which
-// candidate vetoes help most is not always the one fastest without them. The plan carries the vetoes as ids of the learned iteration
-// (Plan::vetoed); the run drops them if it runs clearly slower with them than the candidate is
-// predicted to without (DeltaPolicy::checkPlan).
+// candidate vetoes help most is not always the one fastest without them. Where the chosen
+// candidate's mode is not the configured one, its fresh candidate (the same mode and window,
+// learned in the mode) is searched too, as that mode's own planner searches it, and the vetoes
+// it keeps are checked on the chosen candidate: kept if faster (Plan::vetoes_ranked_fresh). The
+// plan carries the vetoes as ids of the learned iteration (Plan::vetoed); the run drops them if
+// it runs clearly slower with them than the candidate is predicted to without
+// (DeltaPolicy::checkPlan).
 //
 // Cost: building the workload is O(launches + uses); each replay simulates three iterations
 // (learn, switch, measure), sixteen replays for delta (mixed with the gross window twice, once
@@ -54,11 +58,12 @@
 // short: Planner::kGiveUpFactor), then a check of each that kept the budget (none for a candidate
 // that adopts nothing; each cut short once slower than the fastest checked), then up to
 // kVetoMoves more checks from each of the veto search's two starts (one for a forced variant:
-// it has one mode; one more check where the second start's was cut short), each O(buffers) to
-// rank and name its vetoes. The learning iteration is run
-// once per mode it is learned in (the configured one and each fresh start's: three at most) and
-// shared: every replay runs on from a copy of it (the simulator's and the policy's state,
-// O(buffers + uses); Simulator::runFirst), so each simulates two of its own. It allocates, so it
+// it has one mode; one more check where the second start's was cut short), and where a mode
+// other than the configured one is chosen, one replay of its fresh candidate, up to kVetoMoves
+// moves from it and one check; each move O(buffers) to rank and name its vetoes. The learning
+// iteration is run once per mode it is learned in (the configured one and each fresh start's:
+// three at most) and shared: every replay runs on from a copy of it (the simulator's and the
+// policy's state, O(buffers + uses); Simulator::runFirst), so each simulates two of its own. It allocates, so it
 // runs only when a new iteration is learned (a stable loop: once), never per launch;
 // docs/policy.md gives the time.
 #pragma once
@@ -163,6 +168,9 @@ struct Plan {
   // predicted_ns and ranked_ns are without).
   std::int64_t vetoed_ns = kNotReplayed;
   std::int64_t vetoed_ranked_ns = kNotReplayed;
+  // How the vetoes were ranked (Planner::choose): by runs that learned the iteration as
+  // configured (false), or by the chosen mode's own run, learned fresh in it (true).
+  bool vetoes_ranked_fresh = false;
 
   // The chosen candidate as `replay` prints it: the mode, "/net" when room is made ahead by
   // the net window, "/on-demand" when none is, "/far" by the far window, "/fresh" when its
