@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -332,6 +333,23 @@ TEST(SynthPlanning, TheVetoesKeptRunAsCheckedAndFasterThanWithout) {
   EXPECT_GT(vetoed, planned / 4);  // as run: 18 of 24
 }
 
+// Delta replayed on `w` with a budget of `share` of its peak, both links at 50 GB/s: the options,
+// the run, and the policy after it (its plan).
+struct DeltaAt50 {
+  policy::SimOptions options;
+  policy::SimResult result;
+  std::unique_ptr<policy::DeltaPolicy> delta;
+};
+DeltaAt50 runDeltaAt50(const Workload& w, double share) {
+  DeltaAt50 run;
+  run.options.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
+  run.options.h2d_gbps = run.options.d2h_gbps = 50.0;
+  run.delta =
+      std::make_unique<policy::DeltaPolicy>(policy::policyConfigFor(w, run.options), policy::DirectorMode::kMixed);
+  run.result = policy::Simulator(w, run.options).run(*run.delta);
+  return run;
+}
+
 // The veto search also runs from the fastest checked candidate of another mode, and the faster
 // end is chosen (planner.cpp): on these tree-shaped recurrences at 50 GB/s a candidate slower
 // without vetoes is the fastest with them on some rows. Whichever is chosen, it is faster as
@@ -343,12 +361,9 @@ TEST(SynthPlanning, TheVetoSearchFromAnotherModeIsChosenWhereItEndsFaster) {
   for (std::uint64_t seed : {5, 9, 11, 12}) {
     const Workload w = read(make("tree-rnn", seed, 0.25), "tree-rnn");
     for (double share : {0.5, 0.7}) {
-      policy::SimOptions o;
-      o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
-      o.h2d_gbps = o.d2h_gbps = 50.0;
-      policy::DeltaPolicy delta(policy::policyConfigFor(w, o), policy::DirectorMode::kMixed);
-      const policy::SimResult r = policy::Simulator(w, o).run(delta);
-      const Plan& p = delta.plan();
+      const DeltaAt50 run = runDeltaAt50(w, share);
+      const policy::SimResult& r = run.result;
+      const Plan& p = run.delta->plan();
       if (!p.planned) continue;
       ++planned;
       const std::string where =
@@ -391,12 +406,9 @@ TEST(SynthPlanning, TheChosenModesOwnVetoSearchIsKeptWhereItsVetoesRunFaster) {
   for (const auto& [family, seed] : workloads) {
     const Workload w = read(make(family, seed, 0.25), family);
     for (double share : {0.5, 0.7}) {
-      policy::SimOptions o;
-      o.budget_bytes = static_cast<std::uint64_t>(share * static_cast<double>(w.peakBytes()));
-      o.h2d_gbps = o.d2h_gbps = 50.0;
-      policy::DeltaPolicy delta(policy::policyConfigFor(w, o), policy::DirectorMode::kMixed);
-      const policy::SimResult r = policy::Simulator(w, o).run(delta);
-      const Plan& p = delta.plan();
+      const DeltaAt50 run = runDeltaAt50(w, share);
+      const policy::SimResult& r = run.result;
+      const Plan& p = run.delta->plan();
       if (!p.planned) continue;
       ++planned;
       const std::string where = std::string(family) + " seed " + std::to_string(seed) + " at " +
@@ -417,8 +429,8 @@ TEST(SynthPlanning, TheChosenModesOwnVetoSearchIsKeptWhereItsVetoesRunFaster) {
       EXPECT_NEAR(static_cast<double>(r.total_ns), static_cast<double>(p.vetoed_ranked_ns),
                   5e-3 * static_cast<double>(r.total_ns))
           << where;
-      policy::DeltaPolicy own(policy::policyConfigFor(w, o), p.mode);
-      const policy::SimResult mode_alone = policy::Simulator(w, o).run(own);
+      policy::DeltaPolicy own(policy::policyConfigFor(w, run.options), p.mode);
+      const policy::SimResult mode_alone = policy::Simulator(w, run.options).run(own);
       EXPECT_LE(r.total_ns, mode_alone.total_ns) << where;  // as run: equal on one row, faster by 1-2 % on five
     }
   }
