@@ -519,7 +519,7 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
       // its own veto search runs on it (ending after kVetoMisses rejected in a row), and the
       // vetoes it keeps are checked on the chosen candidate as the run adopts it: kept if that is
       // faster than the searches above found.
-      const Candidate& won = candidates[best];
+      Candidate& won = candidates[best];
       const auto fresh = std::find_if(candidates.begin(), candidates.end(), [&](const Candidate& o) {
         return o.plan.start == PlanStart::kFresh && o.plan.mode == won.plan.mode && o.plan.window == won.plan.window &&
                !o.other_prior;
@@ -546,9 +546,8 @@ Plan Planner::choose(const Workload& workload, std::uint64_t budget_bytes, const
             adopting.adoptWhenLearned(trial);
             const SimResult checked = check.resume(adopting);
             if (!checked.gave_up && checked.over_budget_ops <= best_over && checked.total_ns < searched.fastest_ns) {
-              Candidate& c = candidates[best];
-              c.result = checked;
-              c.plan.vetoed = std::move(vetoed);
+              won.result = checked;
+              won.plan.vetoed = std::move(vetoed);
               searched.fastest_ns = checked.total_ns;
               searched.vetoed_sources = std::move(found.vetoed_sources);
               searched.vetoed_ns = checked.last_iteration_ns;

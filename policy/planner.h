@@ -63,9 +63,9 @@
 // moves from it and one check; each move O(buffers) to rank and name its vetoes. The learning
 // iteration is run once per mode it is learned in (the configured one and each fresh start's:
 // three at most) and shared: every replay runs on from a copy of it (the simulator's and the
-// policy's state, O(buffers + uses); Simulator::runFirst), so each simulates two of its own. It allocates, so it
-// runs only when a new iteration is learned (a stable loop: once), never per launch;
-// docs/policy.md gives the time.
+// policy's state, O(buffers + uses); Simulator::runFirst), so each simulates two of its own. It
+// allocates, so it runs only when a new iteration is learned (a stable loop: once), never per
+// launch; docs/policy.md gives the time.
 #pragma once
 
 #include <cstdint>

@@ -922,7 +922,7 @@ class MisplannedWithVetoes : public Misplanned {
   };
   std::vector<Boundary> boundaries;
 
- private:
+ protected:
   int layers_;
 };
 
@@ -932,7 +932,7 @@ class MisplannedWithVetoes : public Misplanned {
 // another candidate.
 class Lured : public MisplannedWithVetoes {
  public:
-  Lured(const PolicyConfig& config, int layers) : MisplannedWithVetoes(config, layers), layers_(layers) {}
+  using MisplannedWithVetoes::MisplannedWithVetoes;
   void deliverPlan(Plan&& plan) override {
     Plan probe = plan;
     misplan(probe);  // finds the slowest candidate switched to, and names it in `slowest`
@@ -950,9 +950,6 @@ class Lured : public MisplannedWithVetoes {
     }
     DeltaPolicy::deliverPlan(std::move(plan));
   }
-
- private:
-  int layers_;
 };
 
 // Over one run: whether it left the candidate its vetoes were searched for, and whether it came
